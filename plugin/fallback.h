@@ -1,0 +1,25 @@
+// hpac/plugin/fallback.h
+//
+// The boxed fallback hpac registers on dispatchKey() (see
+// Note [Why DispatchKey::Fake] in replay/dispatch_key.h), and its registration.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <cstdint>
+#include <string>
+
+namespace hpac {
+
+// The fallback itself: hands the op to the active region's invocation.
+void hpacFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
+
+// How many times the fallback was entered on this thread (tests use it to show
+// that ops outside regions never reach hpac).
+uint64_t fallbackEntriesOnThisThread();
+
+// The version of this build and the path of the loaded libhpac.so.
+const char* version();
+std::string libraryPath();
+
+}  // namespace hpac

@@ -1,0 +1,92 @@
+// hpac/policy/checkpoint_policy.h
+//
+// CheckpointPolicy and the policy interface.
+//
+// A policy decides, for one operator call inside a checkpoint region, whether
+// its outputs are kept from the forward pass (SAVE) or computed again during the
+// backward-time recompute (RECOMPUTE). The replay layer asks the policy once per
+// op in the forward phase and once per op in the recompute phase; both answers
+// must agree for replay to line up (see Note [Per-phase counters]).
+//
+// This header has no dispatcher registration and no storage: policy/ only maps
+// (phase, invocation, op, occurrence, arguments) to a CheckpointPolicy.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/ArrayRef.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hpac {
+
+// CheckpointPolicy
+//
+// The four answers of PyTorch's selective checkpointing. MUST_* and PREFER_*
+// behave the same in eager replay (the PREFER variants leave room for a compiler
+// to override); they are kept distinct so that policies written for PyTorch
+// translate one to one.
+enum class CheckpointPolicy : uint8_t {
+  MUST_SAVE,
+  PREFER_SAVE,
+  MUST_RECOMPUTE,
+  PREFER_RECOMPUTE,
+};
+
+inline bool isSave(CheckpointPolicy p) {
+  return p == CheckpointPolicy::MUST_SAVE || p == CheckpointPolicy::PREFER_SAVE;
+}
+
+const char* toString(CheckpointPolicy p);
+
+// OpContext
+//
+// What a policy sees for one op call. `occurrence` counts calls of this exact
+// operator (name and overload) within the invocation and phase, from 0.
+// `arguments` are the op's boxed arguments, valid only during the call.
+struct OpContext {
+  bool is_recompute;
+  uint64_t invocation;
+  const c10::OperatorHandle& op;
+  int64_t occurrence;
+  c10::ArrayRef<c10::IValue> arguments;
+};
+
+// Policy
+//
+// One Policy object serves one invocation (one checkpoint call): it may keep
+// counters, and it is used by one thread at a time. Policies are made by a
+// PolicyFactory for every checkpoint call.
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual CheckpointPolicy decide(const OpContext& ctx) = 0;
+  // Called when the invocation enters a phase (a second backward re-enters the
+  // recompute phase); per-phase counters reset here.
+  virtual void onPhaseBegin(bool is_recompute) {}
+};
+
+using PolicyFactory = std::function<std::unique_ptr<Policy>()>;
+
+// Recompute everything: a plain (full) activation checkpoint.
+PolicyFactory recomputeAllPolicy();
+
+// Bool adapter, like PyTorch's: true -> MUST_SAVE, false -> PREFER_RECOMPUTE.
+// `fn` is copied into every policy the factory makes.
+PolicyFactory boolPolicy(std::function<bool(const OpContext&)> fn);
+
+// Save list, like PyTorch's `create_selective_checkpoint_contexts(list)`:
+// listed ops MUST_SAVE, the rest PREFER_RECOMPUTE. Entries use the op-table
+// syntax of op_tables.h ("aten::mm" = every overload, "aten::max.dim" = one).
+// Throws c10::Error naming the entry when an entry is malformed or no such op
+// is registered.
+PolicyFactory saveListPolicy(const std::vector<std::string>& ops);
+
+// Any callable as a policy (stateless, or stateful with its state copied per invocation).
+PolicyFactory functionPolicy(std::function<CheckpointPolicy(const OpContext&)> fn);
+
+}  // namespace hpac

@@ -1,0 +1,167 @@
+#include "policy/op_tables.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <mutex>
+
+namespace hpac {
+namespace {
+
+constexpr bool kRequired = false;
+constexpr bool kOptional = true;
+
+// Ignored entirely: no count, no policy, no cache. detach and prim::device do
+// not compute; the profiler ops appear only when record_function ranges are
+// active; the FSDP lifecycle ops appear only for some ranks/steps (parameter
+// gathers, re-gathers in backward), and counting them would shift every later
+// occurrence index (the torchtitan#3427 failure mode).
+constexpr OpEntry kIgnoredOps[] = {
+    {"aten::_chunk_cat", kOptional},
+    {"aten::copy_.default", kRequired},
+    {"aten::detach", kRequired},
+    {"aten::empty.memory_format", kRequired},
+    {"aten::empty_like", kRequired},
+    {"aten::split_with_sizes_copy", kOptional},
+    {"aten::view.default", kRequired},
+    {"c10d::_allgather_base_", kOptional},
+    {"fsdp::all_gather_copy_in", kOptional},
+    {"fsdp::chunk_cat", kOptional},
+    {"fsdp::split_with_sizes_copy", kOptional},
+    {"prim::device", kOptional},
+    {"profiler::_record_function_enter", kOptional},
+    {"profiler::_record_function_enter_new", kOptional},
+    {"profiler::_record_function_exit", kOptional},
+};
+
+// Always recomputed: Qwen-style routers divide the topk values in place, so a
+// saved reference would be mutated after it was cached.
+constexpr OpEntry kRecomputeOps[] = {
+    {"aten::topk", kRequired},
+};
+
+// The matmul family: 1st, 3rd, 5th... call per invocation and phase saved.
+constexpr OpEntry kMatmulOps[] = {
+    {"aten::_grouped_mm", kOptional},
+    {"aten::_scaled_grouped_mm", kOptional},
+    {"aten::linear", kRequired},
+    {"aten::matmul", kRequired},
+    {"aten::mm", kRequired},
+};
+
+// Saved: compute-intensive ops, attention kernels, max, collectives.
+constexpr OpEntry kSaveOps[] = {
+    {"_c10d_functional::all_reduce", kOptional},
+    {"_c10d_functional::all_to_all_single", kOptional},
+    {"_c10d_functional::reduce_scatter_tensor", kOptional},
+    {"aten::_convolution", kRequired},
+    {"aten::_efficient_attention_forward", kOptional},
+    {"aten::_flash_attention_forward", kOptional},
+    {"aten::_flash_scaled_dot_product_attention", kOptional},
+    {"aten::_scaled_dot_product_attention_math", kOptional},
+    {"aten::_scaled_dot_product_cudnn_attention", kOptional},
+    {"aten::_scaled_dot_product_efficient_attention", kOptional},
+    {"aten::_scaled_dot_product_flash_attention", kOptional},
+    {"aten::_scaled_dot_product_flash_attention_for_cpu", kOptional},
+    {"aten::_scaled_mm", kOptional},
+    {"aten::addmm", kRequired},
+    {"aten::baddbmm", kRequired},
+    {"aten::bmm", kRequired},
+    {"aten::convolution", kRequired},
+    {"aten::cudnn_convolution", kOptional},
+    {"aten::max", kRequired},
+    {"aten::mkldnn_convolution", kOptional},
+    {"c10d::allreduce_", kOptional},
+    {"c10d::alltoall_", kOptional},
+    {"c10d::alltoall_base_", kOptional},
+    {"c10d::reduce_scatter_", kOptional},
+    {"c10d::reduce_scatter_tensor_coalesced_", kOptional},
+    {"npu::npu_fusion_attention", kOptional},
+};
+
+// Splits "ns::op[.overload]" into (op, overload, every_overload).
+struct ParsedEntry {
+  std::string name;
+  std::string overload;
+  bool every_overload;
+};
+
+ParsedEntry parseEntry(const std::string& entry) {
+  const auto sep = entry.find("::");
+  TORCH_CHECK(sep != std::string::npos && sep > 0 && sep + 2 < entry.size(),
+              "hpac: op table entry '", entry,
+              "' is not of the form 'namespace::op' or 'namespace::op.overload' "
+              "(for example 'aten::mm' or 'aten::max.dim')");
+  const auto dot = entry.find('.', sep + 2);
+  if (dot == std::string::npos) {
+    return {entry, "", true};
+  }
+  TORCH_CHECK(dot + 1 < entry.size(), "hpac: op table entry '", entry,
+              "' ends with '.'; name an overload ('aten::copy_.default' is the overload with the empty name)");
+  std::string overload = entry.substr(dot + 1);
+  if (overload == "default") overload.clear();
+  return {entry.substr(0, dot), std::move(overload), false};
+}
+
+}  // namespace
+
+const char* toString(OpCategory c) {
+  switch (c) {
+    case OpCategory::kOther: return "other";
+    case OpCategory::kIgnored: return "ignored";
+    case OpCategory::kRecompute: return "recompute";
+    case OpCategory::kMatmul: return "matmul";
+    case OpCategory::kSave: return "save";
+  }
+  return "?";
+}
+
+c10::ArrayRef<OpEntry> ignoredOps() { return kIgnoredOps; }
+c10::ArrayRef<OpEntry> recomputeOps() { return kRecomputeOps; }
+c10::ArrayRef<OpEntry> matmulOps() { return kMatmulOps; }
+c10::ArrayRef<OpEntry> saveOps() { return kSaveOps; }
+
+std::vector<c10::OperatorHandle> resolveEntry(const std::string& entry) {
+  const ParsedEntry parsed = parseEntry(entry);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  std::vector<c10::OperatorHandle> handles;
+  if (!parsed.every_overload) {
+    if (auto h = dispatcher.findSchema({parsed.name, parsed.overload})) handles.push_back(*h);
+    return handles;
+  }
+  for (const auto& name : dispatcher.getAllOpNames()) {
+    if (name.name != parsed.name) continue;
+    if (auto h = dispatcher.findSchema(name)) handles.push_back(*h);
+  }
+  return handles;
+}
+
+ResolvedOpTables::ResolvedOpTables() {
+  // Later tables do not override earlier ones: an op listed twice keeps its
+  // first category, in the order of the selective policy's rules.
+  add(kIgnoredOps, OpCategory::kIgnored);
+  add(kRecomputeOps, OpCategory::kRecompute);
+  add(kMatmulOps, OpCategory::kMatmul);
+  add(kSaveOps, OpCategory::kSave);
+}
+
+void ResolvedOpTables::add(c10::ArrayRef<OpEntry> table, OpCategory category) {
+  for (const OpEntry& entry : table) {
+    const auto handles = resolveEntry(entry.name);
+    if (handles.empty()) {
+      TORCH_CHECK(entry.optional, "hpac: required op table entry '", entry.name, "' (", toString(category),
+                  " table) is not registered in this process; this torch is not supported by hpac's "
+                  "built-in selective policy");
+      missing_optional_.emplace_back(entry.name);
+      continue;
+    }
+    for (const auto& h : handles) category_.emplace(opId(h), category);
+  }
+}
+
+const ResolvedOpTables& ResolvedOpTables::global() {
+  static const ResolvedOpTables tables;
+  return tables;
+}
+
+}  // namespace hpac

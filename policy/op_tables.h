@@ -1,0 +1,85 @@
+// hpac/policy/op_tables.h
+//
+// Op tables as data, and their resolution against the running dispatcher.
+//
+// Every table is one sorted list of entries. An entry names either every
+// overload of an operator ("aten::mm") or exactly one overload
+// ("aten::empty.memory_format"; "aten::copy_.default" is the overload with the
+// empty name). Entries marked optional are skipped when the running process has
+// no such operator (SDPA kernels on torch 1.13, fsdp::* without FSDP2, ...);
+// a required entry that does not resolve is an error.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace hpac {
+
+// OpCategory: what the built-in tables say about one operator.
+enum class OpCategory : uint8_t {
+  kOther = 0,      // not in any table: recompute
+  kIgnored,        // not counted, never cached (detach, profiler, FSDP lifecycle)
+  kRecompute,      // always recomputed (topk)
+  kMatmul,         // alternating save/recompute family
+  kSave,           // compute-intensive, attention, max, collectives
+};
+
+const char* toString(OpCategory c);
+
+struct OpEntry {
+  const char* name;
+  bool optional;
+};
+
+// The built-in tables (sorted by name; a test checks the order).
+c10::ArrayRef<OpEntry> ignoredOps();
+c10::ArrayRef<OpEntry> recomputeOps();
+c10::ArrayRef<OpEntry> matmulOps();
+c10::ArrayRef<OpEntry> saveOps();
+
+// Identity of an operator inside this process: the address of its registered
+// name, stable for as long as the operator is registered.
+using OpId = const void*;
+inline OpId opId(const c10::OperatorHandle& op) {
+  return &op.operator_name();
+}
+
+// Resolves one entry against the dispatcher: every matching handle (empty when
+// the op is absent). Throws c10::Error if `name` is not "ns::op[.overload]".
+std::vector<c10::OperatorHandle> resolveEntry(const std::string& name);
+
+// ResolvedOpTables
+//
+// The built-in tables resolved to OpIds once. Immutable after construction,
+// hence safe to read from any thread. `missingOptional()` lists the optional
+// entries this process lacks; a required entry that is missing throws from the
+// constructor.
+class ResolvedOpTables {
+ public:
+  ResolvedOpTables();
+
+  // The process-wide instance, resolved at first use.
+  static const ResolvedOpTables& global();
+
+  OpCategory classify(const c10::OperatorHandle& op) const {
+    auto it = category_.find(opId(op));
+    return it == category_.end() ? OpCategory::kOther : it->second;
+  }
+  bool isIgnored(const c10::OperatorHandle& op) const {
+    return classify(op) == OpCategory::kIgnored;
+  }
+  const std::vector<std::string>& missingOptional() const { return missing_optional_; }
+  size_t resolvedCount() const { return category_.size(); }
+
+ private:
+  void add(c10::ArrayRef<OpEntry> table, OpCategory category);
+
+  std::unordered_map<OpId, OpCategory> category_;
+  std::vector<std::string> missing_optional_;
+};
+
+}  // namespace hpac

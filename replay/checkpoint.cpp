@@ -1,0 +1,357 @@
+#include "replay/checkpoint.h"
+
+#include "replay/region.h"
+#include "replay/rng_state.h"
+
+#include <ATen/core/grad_mode.h>
+#include <c10/util/Exception.h>
+#include <c10/util/Optional.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/graph_task.h>
+#include <torch/csrc/autograd/input_buffer.h>
+#include <torch/csrc/autograd/saved_variable_hooks.h>
+
+#include <mutex>
+#include <sstream>
+
+namespace hpac {
+namespace {
+
+using torch::autograd::Engine;
+using torch::autograd::SavedVariableHooks;
+using torch::autograd::variable_list;
+
+// ---------------------------------------------------------------------------
+// Non-reentrant checkpoint
+// ---------------------------------------------------------------------------
+
+struct PackedMeta {
+  std::vector<int64_t> sizes;
+  c10::ScalarType dtype;
+  c10::Device device;
+};
+
+class Frame;
+
+// Which frame the tensors autograd saves on this thread belong to, and whether
+// they are the forward's (placeholders) or the recompute's (kept for unpack).
+struct PackTarget {
+  Frame* frame = nullptr;
+  bool recompute = false;
+};
+thread_local PackTarget tls_pack;
+
+class PackScope {
+ public:
+  PackScope(Frame* frame, bool recompute) : previous_(tls_pack) { tls_pack = PackTarget{frame, recompute}; }
+  ~PackScope() { tls_pack = previous_; }
+
+ private:
+  PackTarget previous_;
+};
+
+// Frame: one non-reentrant checkpoint call. Owned by the placeholders the
+// forward left in the autograd graph (ForwardHooks), so it lives exactly as
+// long as the graph can still ask for a saved tensor, and nothing it holds
+// points back into the graph (inputs and cached outputs are detached aliases).
+class Frame : public std::enable_shared_from_this<Frame> {
+ public:
+  Frame(CheckpointFn fn, const std::vector<at::Tensor>& inputs, const CheckpointOptions& options)
+      : fn_(std::move(fn)),
+        preserve_rng_(options.preserve_rng_state),
+        determinism_check_(options.determinism_check),
+        invocation_(options.policy, InvocationOptions{options.allow_cache_mutation}),
+        stats_out_(options.stats_out) {
+    inputs_.reserve(inputs.size());
+    for (const at::Tensor& t : inputs) {
+      inputs_.push_back(t.defined() ? detachedAlias(t) : t);
+      requires_grad_.push_back(t.defined() && t.requires_grad());
+    }
+    if (preserve_rng_) rng_ = RngState::capture(inputs);
+  }
+
+  ~Frame() {
+    if (stats_out_) *stats_out_ = invocation_.stats();
+  }
+
+  Invocation& invocation() { return invocation_; }
+
+  size_t pack(const at::Tensor& t) {
+    packed_.push_back(PackedMeta{t.sizes().vec(), t.scalar_type(), t.device()});
+    return packed_.size() - 1;
+  }
+
+  void recomputePack(const at::Tensor& t) { recomputed_.push_back(detachedAlias(t)); }
+
+  at::Tensor unpack(size_t index) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (index >= recomputed_.size() || !recomputed_[index].defined()) recompute();
+    TORCH_INTERNAL_ASSERT(index < recomputed_.size() && recomputed_[index].defined());
+    return std::exchange(recomputed_[index], at::Tensor());
+  }
+
+ private:
+  void recompute() {
+    std::vector<at::Tensor> inputs;
+    inputs.reserve(inputs_.size());
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      at::Tensor t = inputs_[i].defined() ? detachedAlias(inputs_[i]) : inputs_[i];
+      if (requires_grad_[i]) t.set_requires_grad(true);
+      inputs.push_back(std::move(t));
+    }
+    recomputed_.clear();
+    recomputed_.reserve(packed_.size());
+    {
+      c10::optional<RngFork> rng;
+      if (preserve_rng_) rng.emplace(rng_);
+      at::AutoGradMode grad_enabled(true);
+      PackScope pack(this, /*recompute=*/true);
+      RegionGuard region(invocation_, Phase::kRecompute);
+      fn_(inputs);  // outputs dropped: only what autograd saved is needed
+    }
+    if (determinism_check_) checkDeterminism();
+  }
+
+  void checkDeterminism() const {
+    TORCH_CHECK(recomputed_.size() == packed_.size(), "hpac: checkpoint invocation ", invocation_.id(),
+                " is not deterministic: the forward saved ", packed_.size(),
+                " tensors for backward but the recompute saved ", recomputed_.size(),
+                ". The checkpointed function must run the same ops in backward as in forward (no "
+                "data-dependent branches on state that changes); set determinism_check=false only if the "
+                "difference is known to be harmless.");
+    for (size_t i = 0; i < packed_.size(); ++i) {
+      const PackedMeta& m = packed_[i];
+      const at::Tensor& r = recomputed_[i];
+      if (r.sizes() != c10::IntArrayRef(m.sizes) || r.scalar_type() != m.dtype || r.device() != m.device) {
+        std::ostringstream msg;
+        msg << "hpac: checkpoint invocation " << invocation_.id() << " is not deterministic: saved tensor #" << i
+            << " was " << c10::IntArrayRef(m.sizes) << " " << m.dtype << " on " << m.device
+            << " in forward but " << r.sizes() << " " << r.scalar_type() << " on " << r.device()
+            << " in the recompute. The checkpointed function must run the same ops in backward as in forward.";
+        TORCH_CHECK(false, msg.str());
+      }
+    }
+  }
+
+  CheckpointFn fn_;
+  std::vector<at::Tensor> inputs_;
+  std::vector<bool> requires_grad_;
+  const bool preserve_rng_;
+  const bool determinism_check_;
+  RngState rng_;
+  Invocation invocation_;
+  std::vector<PackedMeta> packed_;
+  std::vector<at::Tensor> recomputed_;
+  std::shared_ptr<InvocationStats> stats_out_;
+  std::mutex mutex_;
+};
+
+// The forward's placeholder: remembers only its index; the tensor itself is
+// dropped, which is the point of checkpointing.
+class ForwardHooks final : public SavedVariableHooks {
+ public:
+  explicit ForwardHooks(std::shared_ptr<Frame> frame) : frame_(std::move(frame)) {}
+  void call_pack_hook(const at::Tensor& tensor) override { index_ = frame_->pack(tensor); }
+  at::Tensor call_unpack_hook() override { return frame_->unpack(index_); }
+
+ private:
+  std::shared_ptr<Frame> frame_;
+  size_t index_ = 0;
+};
+
+// The recompute's saved tensors are handed to the frame; the recompute graph
+// itself is dropped and never unpacked.
+class RecomputeHooks final : public SavedVariableHooks {
+ public:
+  explicit RecomputeHooks(Frame* frame) : frame_(frame) {}
+  void call_pack_hook(const at::Tensor& tensor) override { frame_->recomputePack(tensor); }
+  at::Tensor call_unpack_hook() override {
+    TORCH_CHECK(false, "hpac: a tensor saved during a checkpoint recompute was unpacked; backward through the "
+                       "outputs of a recompute is not supported");
+  }
+
+ private:
+  Frame* frame_;
+};
+
+// Note [Saved-tensor hooks from C++]
+// libtorch's default saved-tensor hooks are Python-only (at::SavedTensorDefaultHooks
+// holds PyObject*), and Engine::get_default_saved_variable_hooks() returns
+// nullptr in a pure C++ process. Every SavedVariable asks the default engine
+// for hooks, so hpac installs a subclass of Engine (set_default_engine_stub)
+// that answers with its own hooks while a checkpoint frame is packing on this
+// thread, and delegates everything else — execution included — to whatever
+// engine was installed before it (the base engine, or Python's engine, whose
+// saved_tensors_hooks keep working).
+class CheckpointEngine final : public Engine {
+ public:
+  explicit CheckpointEngine(Engine& previous) : previous_(previous) {}
+
+  variable_list execute(const torch::autograd::edge_list& roots, const variable_list& inputs, bool keep_graph,
+                        bool create_graph, bool accumulate_grad,
+                        const torch::autograd::edge_list& outputs) override {
+    return previous_.execute(roots, inputs, keep_graph, create_graph, accumulate_grad, outputs);
+  }
+
+  c10::intrusive_ptr<at::ivalue::Future> execute_with_graph_task(
+      const std::shared_ptr<torch::autograd::GraphTask>& graph_task,
+      std::shared_ptr<torch::autograd::Node> graph_root, torch::autograd::InputBuffer&& input_buffer) override {
+    return previous_.execute_with_graph_task(graph_task, std::move(graph_root), std::move(input_buffer));
+  }
+
+  std::unique_ptr<torch::autograd::AnomalyMetadata> make_anomaly_metadata() override {
+    return previous_.make_anomaly_metadata();
+  }
+
+  std::unique_ptr<SavedVariableHooks> get_default_saved_variable_hooks() override {
+    const PackTarget& target = tls_pack;
+    if (target.frame == nullptr) return previous_.get_default_saved_variable_hooks();
+    if (target.recompute) return std::make_unique<RecomputeHooks>(target.frame);
+    return std::make_unique<ForwardHooks>(target.frame->shared_from_this());
+  }
+
+  Engine& previous() { return previous_; }
+
+ private:
+  Engine& previous_;
+};
+
+std::mutex engine_mutex;
+CheckpointEngine* installed_engine = nullptr;  // leaked on purpose: engines outlive static destruction
+
+Engine& checkpointEngineStub() {
+  return *installed_engine;
+}
+
+// ---------------------------------------------------------------------------
+// Reentrant checkpoint
+// ---------------------------------------------------------------------------
+
+struct ReentrantState : torch::CustomClassHolder {
+  CheckpointFn fn;
+  RngState rng;
+  bool preserve_rng = true;
+  size_t num_inputs = 0;
+  std::unique_ptr<Invocation> invocation;
+  std::shared_ptr<InvocationStats> stats_out;
+  ~ReentrantState() override {
+    if (stats_out && invocation) *stats_out = invocation->stats();
+  }
+};
+
+struct ReentrantCheckpoint : public torch::autograd::Function<ReentrantCheckpoint> {
+  // Runs under no-grad (Function::apply). `params` must be a TensorList so that
+  // autograd treats each entry as an input (a std::vector argument is not).
+  static variable_list forward(torch::autograd::AutogradContext* ctx, c10::intrusive_ptr<ReentrantState> state,
+                               at::TensorList inputs, at::TensorList params) {
+    std::vector<at::Tensor> saved(inputs.begin(), inputs.end());
+    saved.insert(saved.end(), params.begin(), params.end());
+    ctx->save_for_backward(saved);
+    std::vector<at::Tensor> outputs;
+    {
+      RegionGuard region(*state->invocation, Phase::kForward);
+      outputs = state->fn(inputs.vec());
+    }
+    ctx->saved_data["state"] = c10::IValue::make_capsule(state);
+    return outputs;
+  }
+
+  static variable_list backward(torch::autograd::AutogradContext* ctx, variable_list grad_outputs) {
+    auto state = c10::static_intrusive_pointer_cast<ReentrantState>(ctx->saved_data["state"].toCapsule());
+    const variable_list saved = ctx->get_saved_variables();
+    std::vector<at::Tensor> inputs;
+    for (size_t i = 0; i < state->num_inputs; ++i) {
+      at::Tensor t = saved[i].defined() ? detachedAlias(saved[i]) : saved[i];
+      if (saved[i].defined() && saved[i].requires_grad()) t.set_requires_grad(true);
+      inputs.push_back(std::move(t));
+    }
+    std::vector<at::Tensor> outputs;
+    {
+      c10::optional<RngFork> rng;
+      if (state->preserve_rng) rng.emplace(state->rng);
+      at::AutoGradMode grad_enabled(true);
+      RegionGuard region(*state->invocation, Phase::kRecompute);
+      outputs = state->fn(inputs);
+    }
+    // Differentiate the recomputed outputs with respect to inputs and parameters.
+    std::vector<at::Tensor> roots, root_grads, wrt;
+    std::vector<size_t> wrt_index;
+    for (size_t i = 0; i < outputs.size() && i < grad_outputs.size(); ++i) {
+      if (outputs[i].defined() && outputs[i].requires_grad() && grad_outputs[i].defined()) {
+        roots.push_back(outputs[i]);
+        root_grads.push_back(grad_outputs[i]);
+      }
+    }
+    for (size_t i = 0; i < saved.size(); ++i) {
+      const at::Tensor& t = i < state->num_inputs ? inputs[i] : saved[i];
+      if (t.defined() && t.requires_grad()) {
+        wrt.push_back(t);
+        wrt_index.push_back(i);
+      }
+    }
+    variable_list result(1 + saved.size());  // slot 0: the state argument
+    if (roots.empty() || wrt.empty()) return result;
+    const variable_list grads = torch::autograd::grad(roots, wrt, root_grads, /*retain_graph=*/false,
+                                                      /*create_graph=*/false, /*allow_unused=*/true);
+    for (size_t k = 0; k < wrt.size(); ++k) result[1 + wrt_index[k]] = grads[k];
+    return result;
+  }
+};
+
+std::vector<at::Tensor> reentrantCheckpoint(const CheckpointFn& fn, const std::vector<at::Tensor>& inputs,
+                                            const CheckpointOptions& options) {
+  TORCH_CHECK(!options.policy, "hpac: the reentrant checkpoint recomputes everything and takes no policy; "
+                               "use the non-reentrant checkpoint (use_reentrant=false) for selective checkpointing");
+  auto state = c10::make_intrusive<ReentrantState>();
+  state->fn = fn;
+  state->preserve_rng = options.preserve_rng_state;
+  if (state->preserve_rng) state->rng = RngState::capture(inputs);
+  state->num_inputs = inputs.size();
+  state->invocation = std::make_unique<Invocation>(PolicyFactory{});
+  state->stats_out = options.stats_out;
+  return ReentrantCheckpoint::apply(state, at::TensorList(inputs), at::TensorList(options.parameters));
+}
+
+}  // namespace
+
+void installCheckpointEngine() {
+  std::lock_guard<std::mutex> lock(engine_mutex);
+  Engine& current = Engine::get_default_engine();
+  if (installed_engine != nullptr && &current == installed_engine) return;
+  // First use, or someone (Python's torch import) installed another engine
+  // since: chain over whatever is current now.
+  installed_engine = new CheckpointEngine(current);
+  torch::autograd::set_default_engine_stub(&checkpointEngineStub);
+}
+
+std::vector<at::Tensor> checkpoint(const CheckpointFn& fn, const std::vector<at::Tensor>& inputs,
+                                   const CheckpointOptions& options) {
+  TORCH_CHECK(fn, "hpac::checkpoint: fn is an empty std::function");
+  if (!at::GradMode::is_enabled()) {
+    // Evaluation: nothing will be differentiated, so nothing is cached or recomputed.
+    return fn(inputs);
+  }
+  if (options.use_reentrant) return reentrantCheckpoint(fn, inputs, options);
+
+  installCheckpointEngine();
+  auto frame = std::make_shared<Frame>(fn, inputs, options);
+  std::vector<at::Tensor> outputs;
+  {
+    PackScope pack(frame.get(), /*recompute=*/false);
+    RegionGuard region(frame->invocation(), Phase::kForward);
+    outputs = fn(inputs);
+  }
+  return outputs;
+}
+
+at::Tensor checkpoint(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& input,
+                      const CheckpointOptions& options) {
+  TORCH_CHECK(fn, "hpac::checkpoint: fn is an empty std::function");
+  auto outputs = checkpoint([fn](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{fn(in[0])}; },
+                            std::vector<at::Tensor>{input}, options);
+  return outputs[0];
+}
+
+}  // namespace hpac

@@ -1,0 +1,280 @@
+#include "replay/invocation.h"
+
+#include "replay/dispatch_key.h"
+
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/Exception.h>
+
+#include <mutex>
+
+namespace hpac {
+namespace {
+
+std::atomic<uint64_t> next_invocation_id{1};
+
+std::mutex& globalMutex() {
+  static std::mutex m;
+  return m;
+}
+InvocationStats& globalTotals() {
+  static InvocationStats s;
+  return s;
+}
+
+int64_t tensorBytes(const at::Tensor& t) {
+  return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
+}
+
+// Applies `fn` to every tensor inside a return value (Tensor, Tensor[], Tensor?[]).
+template <typename Fn>
+c10::IValue mapTensors(const c10::IValue& v, Fn&& fn) {
+  if (v.isTensor()) return fn(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(fn(t));
+    return out;
+  }
+  if (v.isList()) {
+    auto list = v.toList();
+    c10::impl::GenericList out(list.elementType());
+    for (const c10::IValue& e : list) out.push_back(mapTensors(e, fn));
+    return out;
+  }
+  return v;
+}
+
+template <typename Fn>
+void forEachTensor(const c10::IValue& v, Fn&& fn) {
+  if (v.isTensor()) {
+    fn(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) fn(t);
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toList()) forEachTensor(e, fn);
+  }
+}
+
+bool writes(const c10::Argument& a) {
+  return a.alias_info() != nullptr && a.alias_info()->isWrite();
+}
+
+// Index of the argument a mutable return aliases (`Tensor(a!) self` ->
+// `Tensor(a!)`), or -1 for a fresh return.
+int64_t aliasedArgument(const c10::FunctionSchema& schema, size_t return_index) {
+  const auto* ret_alias = schema.returns()[return_index].alias_info();
+  if (ret_alias == nullptr) return -1;
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto* a = args[i].alias_info();
+    if (a != nullptr && a->beforeSets() == ret_alias->beforeSets()) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+std::string opName(const c10::OperatorHandle& op) {
+  const auto& name = op.operator_name();
+  return name.overload_name.empty() ? name.name + " (default overload)"
+                                    : name.name + "." + name.overload_name;
+}
+
+}  // namespace
+
+at::Tensor detachedAlias(const at::Tensor& t) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  return at::Tensor(impl->shallow_copy_and_detach(impl->version_counter(), /*allow_tensor_metadata_change=*/true));
+}
+
+InvocationStats& InvocationStats::operator+=(const InvocationStats& o) {
+  ops_forward += o.ops_forward;
+  ops_recompute += o.ops_recompute;
+  saved += o.saved;
+  saved_bytes += o.saved_bytes;
+  served += o.served;
+  recomputed += o.recomputed;
+  ignored += o.ignored;
+  recomputes += o.recomputes;
+  return *this;
+}
+
+InvocationStats globalStats() {
+  std::lock_guard<std::mutex> lock(globalMutex());
+  return globalTotals();
+}
+
+void resetGlobalStats() {
+  std::lock_guard<std::mutex> lock(globalMutex());
+  globalTotals() = InvocationStats{};
+}
+
+Invocation::Invocation(const PolicyFactory& policy, InvocationOptions options)
+    : id_(next_invocation_id.fetch_add(1)),
+      options_(options),
+      tables_(ResolvedOpTables::global()),
+      policy_(policy ? policy() : recomputeAllPolicy()()) {
+  TORCH_CHECK(policy_ != nullptr, "hpac: the policy factory of invocation ", id_, " returned a null policy");
+}
+
+Invocation::~Invocation() = default;
+
+void Invocation::beginPhase(Phase phase) {
+  occurrences_[static_cast<int>(phase)].clear();
+  if (phase == Phase::kRecompute) ++stats_.recomputes;
+  policy_->onPhaseBegin(phase == Phase::kRecompute);
+}
+
+void Invocation::endPhase() {
+  InvocationStats delta = stats_;
+  delta.ops_forward -= reported_.ops_forward;
+  delta.ops_recompute -= reported_.ops_recompute;
+  delta.saved -= reported_.saved;
+  delta.saved_bytes -= reported_.saved_bytes;
+  delta.served -= reported_.served;
+  delta.recomputed -= reported_.recomputed;
+  delta.ignored -= reported_.ignored;
+  delta.recomputes -= reported_.recomputes;
+  reported_ = stats_;
+  std::lock_guard<std::mutex> lock(globalMutex());
+  globalTotals() += delta;
+}
+
+void Invocation::handle(Phase phase, const c10::OperatorHandle& op, c10::DispatchKeySet ks,
+                        torch::jit::Stack* stack) {
+  if (tables_.isIgnored(op)) {
+    ++stats_.ignored;
+    runBelowHpac(op, ks, stack);
+    return;
+  }
+  const bool recompute = phase == Phase::kRecompute;
+  const int64_t occurrence = occurrences_[recompute ? 1 : 0][opId(op)]++;
+  const size_t num_args = op.schema().arguments().size();
+  const size_t args_begin = stack->size() - num_args;
+  const OpContext ctx{recompute, id_, op, occurrence,
+                      c10::ArrayRef<c10::IValue>(stack->data() + args_begin, num_args)};
+  const bool save_op = isSave(policy_->decide(ctx));
+
+  if (!recompute) {
+    ++stats_.ops_forward;
+    if (!save_op) {
+      runBelowHpac(op, ks, stack);
+      return;
+    }
+    save(op, ks, occurrence, stack, args_begin);
+    return;
+  }
+  ++stats_.ops_recompute;
+  if (save_op) {
+    serve(op, occurrence, stack);
+  } else {
+    ++stats_.recomputed;
+    runBelowHpac(op, ks, stack);
+  }
+}
+
+// Forward, SAVE: run the kernel, then keep the returns. Arguments the op wrote
+// (in-place and out= ops, collectives) are snapshotted so that the recompute's
+// own arguments can be given the same contents.
+void Invocation::save(const c10::OperatorHandle& op, c10::DispatchKeySet ks, int64_t occurrence,
+                      torch::jit::Stack* stack, size_t args_begin) {
+  const auto& schema = op.schema();
+  std::vector<c10::IValue> written_args;
+  if (schema.is_mutable()) {
+    for (size_t i = 0; i < schema.arguments().size(); ++i) {
+      if (writes(schema.arguments()[i])) written_args.push_back((*stack)[args_begin + i]);
+    }
+  }
+  runBelowHpac(op, ks, stack);
+
+  const size_t num_returns = schema.returns().size();
+  Entry entry;
+  // Clones (only when mutation is allowed, or for snapshots) must not be seen as region ops.
+  c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
+  for (const c10::IValue& w : written_args) {
+    forEachTensor(w, [&](const at::Tensor& t) {
+      entry.written.push_back(t.defined() ? t.clone() : t);
+      entry.bytes += tensorBytes(t);
+    });
+  }
+  entry.outputs.reserve(num_returns);
+  for (size_t j = 0; j < num_returns; ++j) {
+    const c10::IValue& ret = (*stack)[stack->size() - num_returns + j];
+    if (aliasedArgument(schema, j) >= 0) {
+      entry.outputs.emplace_back();  // served as the recompute's own argument
+      continue;
+    }
+    entry.outputs.push_back(mapTensors(ret, [&](const at::Tensor& t) {
+      if (!t.defined()) return t;
+      entry.bytes += tensorBytes(t);
+      if (options_.allow_cache_mutation) return t.clone();
+      at::Tensor alias = detachedAlias(t);
+      entry.versions.emplace_back(alias, alias.unsafeGetTensorImpl()->version_counter().current_version());
+      return alias;
+    }));
+  }
+  ++stats_.saved;
+  stats_.saved_bytes += entry.bytes;
+  ++stored_entries_;
+  stored_bytes_ += entry.bytes;
+  const bool inserted = storage_.emplace(Key{opId(op), occurrence}, std::move(entry)).second;
+  TORCH_INTERNAL_ASSERT(inserted, "hpac: duplicate storage key for ", opName(op), " occurrence ", occurrence);
+}
+
+// Recompute, SAVE: the kernel does not run. Pop the arguments, push fresh
+// aliases of what the forward kept, and release the entry.
+void Invocation::serve(const c10::OperatorHandle& op, int64_t occurrence, torch::jit::Stack* stack) {
+  const auto it = storage_.find(Key{opId(op), occurrence});
+  TORCH_CHECK(it != storage_.end(), "hpac: ", opName(op), " occurrence ", occurrence, " of invocation ", id_,
+              " is not in storage: the recompute asked for a saved output that the forward never stored. "
+              "The checkpointed region ran a different op sequence in backward than in forward "
+              "(data-dependent control flow, or state that changed between forward and backward). "
+              "Make the region deterministic, or keep the varying part outside the checkpoint.");
+  Entry& entry = it->second;
+  TORCH_CHECK(!entry.served, "hpac: ", opName(op), " occurrence ", occurrence, " of invocation ", id_,
+              " was already served: backward ran through this selective checkpoint region an extra time. "
+              "Saved outputs are released as they are served; for a second backward use full "
+              "checkpointing (no policy) for this region or run the forward again.");
+  if (!options_.allow_cache_mutation) {
+    for (const auto& [alias, version] : entry.versions) {
+      const uint32_t now = alias.unsafeGetTensorImpl()->version_counter().current_version();
+      TORCH_CHECK(now == version, "hpac: the cached output of ", opName(op), " occurrence ", occurrence,
+                  " of invocation ", id_, " was modified in place after it was saved (version ", version,
+                  " at save, ", now, " now), so serving it would give wrong gradients. Don't mutate the "
+                  "outputs of saved ops inside the region, or set allow_cache_mutation (saved outputs are "
+                  "then cloned).");
+    }
+  }
+  const auto& schema = op.schema();
+  const size_t num_args = schema.arguments().size();
+  const size_t args_begin = stack->size() - num_args;
+  std::vector<c10::IValue> args(std::make_move_iterator(stack->begin() + args_begin),
+                                std::make_move_iterator(stack->end()));
+  stack->erase(stack->begin() + args_begin, stack->end());
+  {
+    c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
+    size_t w = 0;
+    for (size_t i = 0; i < num_args; ++i) {
+      if (!writes(schema.arguments()[i])) continue;
+      forEachTensor(args[i], [&](const at::Tensor& t) {
+        TORCH_CHECK(w < entry.written.size(), "hpac: ", opName(op), " occurrence ", occurrence,
+                    " of invocation ", id_, " writes more tensors in recompute than in forward");
+        if (t.defined()) const_cast<at::Tensor&>(t).copy_(entry.written[w]);
+        ++w;
+      });
+    }
+  }
+  for (size_t j = 0; j < entry.outputs.size(); ++j) {
+    const int64_t aliased = aliasedArgument(schema, j);
+    if (aliased >= 0) {
+      stack->push_back(args[aliased]);
+    } else {
+      stack->push_back(mapTensors(entry.outputs[j],
+                                  [](const at::Tensor& t) { return t.defined() ? detachedAlias(t) : t; }));
+    }
+  }
+  ++stats_.served;
+  --stored_entries_;
+  stored_bytes_ -= entry.bytes;
+  entry = Entry{};
+  entry.served = true;
+}
+
+}  // namespace hpac

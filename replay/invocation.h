@@ -1,0 +1,115 @@
+// hpac/replay/invocation.h
+//
+// Invocation: the state of one checkpoint call, shared by its forward and its
+// recompute. Ops reach it through the fallback while a RegionGuard for it is
+// alive. In the forward phase every op runs, and the outputs of ops the policy
+// saves are kept as detached aliases under (op, occurrence). In the recompute
+// phase saved ops are served from that storage without running their kernel,
+// each entry released as it is served; all other ops run again.
+//
+// Thread safety: one thread at a time (the forward thread, later the thread
+// that runs backward). Stats are plain reads after the fact.
+#pragma once
+
+#include "policy/checkpoint_policy.h"
+#include "policy/op_tables.h"
+#include "replay/region.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+namespace hpac {
+
+// InvocationStats: the evidence that backward re-ran the region.
+struct InvocationStats {
+  int64_t ops_forward = 0;    // ops counted in the forward phase
+  int64_t ops_recompute = 0;  // ops counted in the recompute phase(s)
+  int64_t saved = 0;          // op outputs kept by the forward
+  int64_t saved_bytes = 0;    // bytes of tensors kept (storage nbytes of each output)
+  int64_t served = 0;         // ops served from storage in recompute (kernel skipped)
+  int64_t recomputed = 0;     // ops whose kernel ran again in recompute
+  int64_t ignored = 0;        // ignored ops (both phases), never counted
+  int64_t recomputes = 0;     // recompute phases entered
+
+  InvocationStats& operator+=(const InvocationStats& o);
+};
+
+// Process-wide totals over every invocation that has finished a phase.
+InvocationStats globalStats();
+void resetGlobalStats();
+
+// A new TensorImpl over the same storage, sharing the version counter, with no
+// autograd metadata. Built without dispatching (aten::detach would re-enter the
+// fallback) and without keeping the producer's autograd graph alive.
+at::Tensor detachedAlias(const at::Tensor& t);
+
+struct InvocationOptions {
+  // Allow user code to mutate a cached output in place after it was saved:
+  // saved outputs are then cloned (costs memory) instead of aliased.
+  bool allow_cache_mutation = false;
+};
+
+class Invocation {
+ public:
+  // `policy` may be empty: recompute everything.
+  explicit Invocation(const PolicyFactory& policy, InvocationOptions options = {});
+  ~Invocation();
+  Invocation(const Invocation&) = delete;
+  Invocation& operator=(const Invocation&) = delete;
+
+  uint64_t id() const { return id_; }
+  const InvocationStats& stats() const { return stats_; }
+  // Entries still held (saved and not yet served).
+  size_t storedEntries() const { return stored_entries_; }
+  int64_t storedBytes() const { return stored_bytes_; }
+
+  // Called by RegionGuard: resets the op counters of `phase` / adds this
+  // phase's stats to the global totals.
+  void beginPhase(Phase phase);
+  void endPhase();
+
+  // The fallback's entry point for every op of this region.
+  void handle(Phase phase, const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
+
+ private:
+  struct Key {
+    OpId op;
+    int64_t occurrence;
+    bool operator==(const Key& o) const { return op == o.op && occurrence == o.occurrence; }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      return std::hash<const void*>()(k.op) * 31 + static_cast<size_t>(k.occurrence);
+    }
+  };
+  struct Entry {
+    std::vector<c10::IValue> outputs;           // detached aliases (or clones) of the returns
+    std::vector<at::Tensor> written;            // snapshots of arguments the op wrote
+    std::vector<std::pair<at::Tensor, uint32_t>> versions;  // aliases and their version at save
+    int64_t bytes = 0;
+    bool served = false;
+  };
+
+  void save(const c10::OperatorHandle& op, c10::DispatchKeySet ks, int64_t occurrence, torch::jit::Stack* stack,
+            size_t args_begin);
+  void serve(const c10::OperatorHandle& op, int64_t occurrence, torch::jit::Stack* stack);
+
+  const uint64_t id_;
+  const InvocationOptions options_;
+  const ResolvedOpTables& tables_;
+  std::unique_ptr<Policy> policy_;
+  std::unordered_map<OpId, int64_t> occurrences_[2];
+  std::unordered_map<Key, Entry, KeyHash> storage_;
+  size_t stored_entries_ = 0;
+  int64_t stored_bytes_ = 0;
+  InvocationStats stats_;
+  InvocationStats reported_;  // part of stats_ already added to the global totals
+};
+
+}  // namespace hpac

@@ -1,0 +1,239 @@
+// Checkpoint: loss, input and parameter gradients equal to the same block
+// without checkpointing (full and selective, backward() and autograd::grad),
+// recompute evidence, memory ordering, reentrant variant, determinism check,
+// extra backward, backward on another thread, inputs without grad.
+#include "policy/selective_policy.h"
+#include "replay/checkpoint.h"
+#include "tools/evidence.h"
+#include "tools/moe_block.h"
+#include "tools/tracking_allocator.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <thread>
+
+namespace hpac {
+namespace {
+
+std::vector<MoeBlock> makeBlocks(int n) {
+  std::vector<MoeBlock> blocks;
+  for (int i = 0; i < n; ++i) blocks.emplace_back(MoeBlockConfig{}, 100 + i);
+  return blocks;
+}
+
+at::Tensor makeInput() {
+  at::manual_seed(7);
+  return at::randn({2, 32, MoeBlockConfig{}.hidden});
+}
+
+class ParityTest : public ::testing::TestWithParam<Mode> {};
+
+// Bitwise parity: the recompute runs the same ops in the same order on the same
+// values (cached outputs are the forward's own), so fp32 CPU results are equal.
+TEST_P(ParityTest, LossAndGradientsEqualNoCheckpointing) {
+  const auto blocks = makeBlocks(3);
+  const at::Tensor x = makeInput();
+  const StepReport off = runStep(blocks, x, Mode::kOff, 99);
+  const StepReport ck = runStep(blocks, x, GetParam(), 99);
+  EXPECT_EQ(ck.loss, off.loss);
+  ASSERT_EQ(ck.grads.size(), off.grads.size());
+  for (size_t i = 0; i < ck.grads.size(); ++i) {
+    ASSERT_TRUE(ck.grads[i].defined()) << "gradient " << i;
+    EXPECT_TRUE(at::equal(ck.grads[i], off.grads[i])) << "gradient " << i;
+  }
+  // Evidence that backward re-ran the region: every block recomputed once.
+  EXPECT_EQ(ck.stats.recomputes, 3);
+  EXPECT_GT(ck.stats.ops_recompute, 0);
+  EXPECT_GT(ck.stats.recomputed, 0);
+  if (GetParam() == Mode::kSelective) {
+    EXPECT_GT(ck.stats.saved, 0);
+    EXPECT_EQ(ck.stats.served, ck.stats.saved);  // every saved output served exactly once
+    EXPECT_EQ(ck.stats.ops_recompute, ck.stats.ops_forward);
+  } else {
+    EXPECT_EQ(ck.stats.saved, 0);
+    EXPECT_EQ(ck.stats.recomputed, ck.stats.ops_forward);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ParityTest, ::testing::Values(Mode::kFull, Mode::kSelective),
+                         [](const auto& info) { return std::string(toString(info.param)); });
+
+TEST(Checkpoint, AutogradGradMatchesForFullAndSelective) {
+  const MoeBlock block(MoeBlockConfig{}, 5);
+  const at::Tensor x0 = makeInput();
+  auto grads = [&](Mode mode) {
+    at::Tensor x = x0.clone().set_requires_grad(true);
+    at::manual_seed(3);
+    at::Tensor y;
+    if (mode == Mode::kOff) {
+      y = block.forward(x);
+    } else {
+      CheckpointOptions o;
+      if (mode == Mode::kSelective) o.policy = selectivePolicy();
+      y = checkpoint([&](const at::Tensor& in) { return block.forward(in); }, x, o);
+    }
+    std::vector<at::Tensor> wrt{x};
+    for (const auto& p : block.parameters()) wrt.push_back(p);
+    return torch::autograd::grad({y.sum()}, wrt);
+  };
+  const auto off = grads(Mode::kOff);
+  for (Mode mode : {Mode::kFull, Mode::kSelective}) {
+    const auto got = grads(mode);
+    EXPECT_EQ(maxAbsDiff(got, off), 0.0) << toString(mode);
+  }
+}
+
+TEST(Checkpoint, KeptMemoryAfterForwardIsFullBelowSelectiveBelowOff) {
+  const auto blocks = makeBlocks(3);
+  const at::Tensor x = makeInput();
+  const StepReport off = runStep(blocks, x, Mode::kOff, 1);
+  const StepReport full = runStep(blocks, x, Mode::kFull, 1);
+  const StepReport sel = runStep(blocks, x, Mode::kSelective, 1);
+  EXPECT_LT(full.kept_after_forward, sel.kept_after_forward);
+  EXPECT_LT(sel.kept_after_forward, off.kept_after_forward);
+  // What selective keeps beyond full is what it saved (plus nothing else).
+  EXPECT_GE(sel.kept_after_forward - full.kept_after_forward, sel.stats.saved_bytes / 2);
+}
+
+TEST(Checkpoint, OddMatmulCountInOneRegion) {
+  // Three bias-free linears: mm #0 and #2 saved, #1 recomputed — in both phases.
+  at::manual_seed(0);
+  const at::Tensor w = at::randn({8, 8}).set_requires_grad(true);
+  const at::Tensor x = at::randn({4, 8}).set_requires_grad(true);
+  auto fn = [&](const at::Tensor& in) { return at::linear(at::linear(at::linear(in, w).relu(), w).relu(), w); };
+  auto stats = std::make_shared<InvocationStats>();
+  CheckpointOptions o;
+  o.policy = selectivePolicy();
+  o.stats_out = stats;
+  at::Tensor y = checkpoint(fn, x, o);
+  const auto got = torch::autograd::grad({y.sum()}, {x, w});
+  y = at::Tensor();  // drop the graph: the frame reports its stats
+  const auto want = torch::autograd::grad({fn(x).sum()}, {x, w});
+  EXPECT_EQ(maxAbsDiff(got, want), 0.0);
+  EXPECT_EQ(stats->saved, 2);
+  EXPECT_EQ(stats->served, 2);
+}
+
+TEST(Checkpoint, InputsWithoutGradAndBackwardOnAnotherThread) {
+  const MoeBlock block(MoeBlockConfig{}, 11);
+  const at::Tensor x = makeInput();  // does not require grad
+  auto run = [&](bool ck, bool other_thread) {
+    for (at::Tensor p : block.parameters()) p.mutable_grad().reset();
+    at::manual_seed(4);
+    CheckpointOptions o;
+    o.policy = selectivePolicy();
+    at::Tensor y = ck ? checkpoint([&](const at::Tensor& in) { return block.forward(in); }, x, o) : block.forward(x);
+    at::Tensor loss = y.pow(2).mean();
+    if (other_thread) {
+      std::thread t([&] { loss.backward(); });
+      t.join();
+    } else {
+      loss.backward();
+    }
+    std::vector<at::Tensor> g;
+    for (const auto& p : block.parameters()) g.push_back(p.grad().clone());
+    return g;
+  };
+  const auto want = run(false, false);
+  EXPECT_EQ(maxAbsDiff(run(true, true), want), 0.0);
+}
+
+TEST(Checkpoint, ReentrantVariantMatches) {
+  const MoeBlock block(MoeBlockConfig{}, 21);
+  const at::Tensor x0 = makeInput();
+  auto run = [&](bool ck) {
+    for (at::Tensor p : block.parameters()) p.mutable_grad().reset();
+    at::Tensor x = x0.clone().set_requires_grad(true);
+    at::manual_seed(8);
+    at::Tensor y;
+    if (ck) {
+      CheckpointOptions o;
+      o.use_reentrant = true;
+      o.parameters = block.parameters();
+      y = checkpoint([&](const at::Tensor& in) { return block.forward(in); }, x, o);
+    } else {
+      y = block.forward(x);
+    }
+    y.pow(2).mean().backward();
+    std::vector<at::Tensor> g{x.grad()};
+    for (const auto& p : block.parameters()) g.push_back(p.grad().clone());
+    return g;
+  };
+  EXPECT_EQ(maxAbsDiff(run(true), run(false)), 0.0);
+
+  CheckpointOptions bad;
+  bad.use_reentrant = true;
+  bad.policy = selectivePolicy();
+  EXPECT_THROW(checkpoint([](const at::Tensor& in) { return in * 2; }, x0.clone().set_requires_grad(true), bad),
+               c10::Error);
+}
+
+TEST(Checkpoint, NondeterministicRegionIsReported) {
+  const at::Tensor x = at::randn({4, 4}).set_requires_grad(true);
+  int calls = 0;
+  // The recompute takes another branch: it saves a different number of tensors.
+  auto fn = [&](const at::Tensor& in) { return ++calls == 1 ? in.exp() : in.sin().cos(); };
+  at::Tensor y = checkpoint(fn, x);
+  try {
+    y.sum().backward();
+    FAIL() << "expected a determinism error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not deterministic"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Checkpoint, SelectiveBackwardTwiceIsAnExtraBackwardError) {
+  const at::Tensor w = at::randn({6, 6}).set_requires_grad(true);
+  const at::Tensor x = at::randn({3, 6}).set_requires_grad(true);
+  CheckpointOptions o;
+  o.policy = selectivePolicy();
+  at::Tensor y = checkpoint([&](const at::Tensor& in) { return at::linear(in, w).tanh(); }, x, o).sum();
+  y.backward({}, /*retain_graph=*/true);
+  try {
+    y.backward();
+    FAIL() << "expected an extra-backward error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("an extra time"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Checkpoint, FullBackwardTwiceRecomputesAgain) {
+  const at::Tensor w = at::randn({6, 6}).set_requires_grad(true);
+  const at::Tensor x = at::randn({3, 6}).set_requires_grad(true);
+  at::Tensor y = checkpoint([&](const at::Tensor& in) { return at::linear(in, w).tanh(); }, x).sum();
+  y.backward({}, /*retain_graph=*/true);
+  const at::Tensor first = w.grad().clone();
+  y.backward();
+  EXPECT_TRUE(at::allclose(w.grad(), first * 2));
+}
+
+TEST(Checkpoint, NoGradForwardCachesNothing) {
+  const at::Tensor w = at::randn({6, 6});
+  auto stats = std::make_shared<InvocationStats>();
+  CheckpointOptions o;
+  o.policy = selectivePolicy();
+  o.stats_out = stats;
+  at::NoGradGuard no_grad;
+  const at::Tensor y = checkpoint([&](const at::Tensor& in) { return at::linear(in, w); }, at::randn({2, 6}), o);
+  EXPECT_EQ(stats->saved, 0);
+  EXPECT_EQ(stats->ops_forward, 0);  // the region is not entered at all
+}
+
+TEST(Checkpoint, DroppedGraphFreesEverything) {
+  TrackingAllocator& tracker = TrackingAllocator::install();
+  const MoeBlock block(MoeBlockConfig{}, 31);
+  const at::Tensor x = makeInput();
+  const int64_t before = tracker.currentBytes();
+  {
+    CheckpointOptions o;
+    o.policy = selectivePolicy();
+    at::Tensor y = checkpoint([&](const at::Tensor& in) { return block.forward(in); }, x, o);
+    EXPECT_GT(tracker.currentBytes(), before);
+  }  // forward without backward: graph, placeholders, frame and cache dropped
+  EXPECT_EQ(tracker.currentBytes(), before);
+}
+
+}  // namespace
+}  // namespace hpac

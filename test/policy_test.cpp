@@ -1,0 +1,156 @@
+// Policy: table data, resolution, every rule of the selective policy, the
+// per-phase alternation, save lists, bool adapter, ignored ops.
+#include "policy/checkpoint_policy.h"
+#include "policy/op_tables.h"
+#include "policy/selective_policy.h"
+#include "replay/invocation.h"
+#include "replay/region.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <string>
+
+namespace hpac {
+namespace {
+
+c10::OperatorHandle handle(const char* name, const char* overload = "") {
+  auto h = c10::Dispatcher::singleton().findSchema({name, overload});
+  EXPECT_TRUE(h.has_value()) << name << "." << overload;
+  return *h;
+}
+
+CheckpointPolicy decide(Policy& p, const c10::OperatorHandle& op, bool recompute = false) {
+  return p.decide(OpContext{recompute, 1, op, 0, {}});
+}
+
+TEST(OpTables, EveryTableIsSortedAndUnique) {
+  for (auto table : {ignoredOps(), recomputeOps(), matmulOps(), saveOps()}) {
+    for (size_t i = 1; i < table.size(); ++i) {
+      EXPECT_LT(std::string(table[i - 1].name), std::string(table[i].name)) << "table entry " << i;
+    }
+  }
+}
+
+TEST(OpTables, ResolvesEveryEntryAndListsMissingOptionalOnes) {
+  const ResolvedOpTables tables;  // throws if a required entry is missing
+  EXPECT_GT(tables.resolvedCount(), 20u);
+  std::cout << "optional op table entries this libtorch lacks (" << tables.missingOptional().size() << "):";
+  for (const auto& name : tables.missingOptional()) std::cout << " " << name;
+  std::cout << "\n";
+  // Every required entry resolves to at least one handle.
+  for (auto table : {ignoredOps(), recomputeOps(), matmulOps(), saveOps()}) {
+    for (const OpEntry& e : table) {
+      if (!e.optional) EXPECT_FALSE(resolveEntry(e.name).empty()) << e.name;
+    }
+  }
+}
+
+TEST(OpTables, EntrySyntax) {
+  EXPECT_GE(resolveEntry("aten::max").size(), 4u);           // every overload
+  EXPECT_EQ(resolveEntry("aten::max.dim").size(), 1u);       // one overload
+  EXPECT_EQ(resolveEntry("aten::copy_.default").size(), 1u);  // the overload with the empty name
+  EXPECT_TRUE(resolveEntry("aten::no_such_op").empty());
+  EXPECT_THROW(resolveEntry("mm"), c10::Error);
+  EXPECT_THROW(resolveEntry("aten::mm."), c10::Error);
+}
+
+TEST(OpTables, Classification) {
+  const auto& t = ResolvedOpTables::global();
+  EXPECT_EQ(t.classify(handle("aten::topk")), OpCategory::kRecompute);
+  EXPECT_EQ(t.classify(handle("aten::mm")), OpCategory::kMatmul);
+  EXPECT_EQ(t.classify(handle("aten::bmm")), OpCategory::kSave);
+  EXPECT_EQ(t.classify(handle("aten::addmm")), OpCategory::kSave);
+  EXPECT_EQ(t.classify(handle("aten::max", "dim")), OpCategory::kSave);
+  EXPECT_EQ(t.classify(handle("aten::detach")), OpCategory::kIgnored);
+  EXPECT_EQ(t.classify(handle("aten::view")), OpCategory::kIgnored);
+  EXPECT_EQ(t.classify(handle("aten::view", "dtype")), OpCategory::kOther);  // only the default overload
+  EXPECT_EQ(t.classify(handle("aten::empty", "memory_format")), OpCategory::kIgnored);
+  EXPECT_EQ(t.classify(handle("aten::relu")), OpCategory::kOther);
+}
+
+TEST(SelectivePolicy, Rules) {
+  SelectivePolicy p(ResolvedOpTables::global());
+  EXPECT_EQ(decide(p, handle("aten::topk")), CheckpointPolicy::MUST_RECOMPUTE);
+  EXPECT_EQ(decide(p, handle("aten::bmm")), CheckpointPolicy::MUST_SAVE);
+  EXPECT_EQ(decide(p, handle("aten::addmm")), CheckpointPolicy::MUST_SAVE);
+  EXPECT_EQ(decide(p, handle("aten::max")), CheckpointPolicy::MUST_SAVE);
+  EXPECT_EQ(decide(p, handle("aten::_softmax")), CheckpointPolicy::MUST_RECOMPUTE);
+  EXPECT_EQ(decide(p, handle("aten::index_add_")), CheckpointPolicy::MUST_RECOMPUTE);
+}
+
+TEST(SelectivePolicy, MatmulFamilyAlternatesPerPhase) {
+  SelectivePolicy p(ResolvedOpTables::global());
+  const auto mm = handle("aten::mm");
+  // Forward: three matmuls (odd), interleaved with other ops.
+  p.onPhaseBegin(false);
+  EXPECT_EQ(decide(p, mm), CheckpointPolicy::MUST_SAVE);
+  EXPECT_EQ(decide(p, handle("aten::relu")), CheckpointPolicy::MUST_RECOMPUTE);
+  EXPECT_EQ(decide(p, mm), CheckpointPolicy::MUST_RECOMPUTE);
+  EXPECT_EQ(decide(p, mm), CheckpointPolicy::MUST_SAVE);
+  EXPECT_EQ(p.matmulCount(false), 3);
+  // Recompute: its own counter starts at 0, so the decisions match the forward's.
+  p.onPhaseBegin(true);
+  EXPECT_EQ(decide(p, mm, true), CheckpointPolicy::MUST_SAVE);
+  EXPECT_EQ(decide(p, mm, true), CheckpointPolicy::MUST_RECOMPUTE);
+  EXPECT_EQ(decide(p, mm, true), CheckpointPolicy::MUST_SAVE);
+  EXPECT_EQ(p.matmulCount(true), 3);
+  EXPECT_EQ(p.matmulCount(false), 3);
+}
+
+TEST(SelectivePolicy, CountersArePerInvocation) {
+  auto factory = selectivePolicy();
+  auto a = factory();
+  auto b = factory();
+  const auto mm = handle("aten::mm");
+  EXPECT_EQ(decide(*a, mm), CheckpointPolicy::MUST_SAVE);
+  EXPECT_EQ(decide(*a, mm), CheckpointPolicy::MUST_RECOMPUTE);
+  EXPECT_EQ(decide(*b, mm), CheckpointPolicy::MUST_SAVE);  // a fresh invocation starts at the 1st matmul
+}
+
+TEST(PolicyAdapters, BoolAndSaveList) {
+  auto by_bool = boolPolicy([](const OpContext& ctx) { return ctx.op.operator_name().name == "aten::relu"; })();
+  EXPECT_EQ(decide(*by_bool, handle("aten::relu")), CheckpointPolicy::MUST_SAVE);
+  EXPECT_EQ(decide(*by_bool, handle("aten::mm")), CheckpointPolicy::PREFER_RECOMPUTE);
+
+  auto list = saveListPolicy({"aten::mm", "aten::max.dim"})();
+  EXPECT_EQ(decide(*list, handle("aten::mm")), CheckpointPolicy::MUST_SAVE);
+  EXPECT_EQ(decide(*list, handle("aten::max", "dim")), CheckpointPolicy::MUST_SAVE);
+  EXPECT_EQ(decide(*list, handle("aten::max")), CheckpointPolicy::PREFER_RECOMPUTE);
+  EXPECT_EQ(decide(*list, handle("aten::bmm")), CheckpointPolicy::PREFER_RECOMPUTE);
+
+  try {
+    saveListPolicy({"aten::mmm"});
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'aten::mmm'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PolicyAdapters, RecomputeAll) {
+  auto p = recomputeAllPolicy()();
+  EXPECT_FALSE(isSave(decide(*p, handle("aten::bmm"))));
+}
+
+TEST(IgnoredOps, AreNotCountedAndReachNoPolicy) {
+  int64_t policy_calls = 0;
+  Invocation inv(functionPolicy([&](const OpContext& ctx) {
+    ++policy_calls;
+    return CheckpointPolicy::PREFER_RECOMPUTE;
+  }));
+  const at::Tensor x = at::randn({4, 4});
+  {
+    RegionGuard region(inv, Phase::kForward);
+    at::Tensor d = x.detach();                // ignored
+    at::Tensor v = x.view({16});              // ignored (aten::view, default overload)
+    at::Tensor e = at::empty({3});            // ignored (empty.memory_format)
+    at::Tensor r = at::relu(x);               // counted
+  }
+  EXPECT_EQ(inv.stats().ignored, 3);
+  EXPECT_EQ(inv.stats().ops_forward, 1);
+  EXPECT_EQ(policy_calls, 1);
+}
+
+}  // namespace
+}  // namespace hpac

@@ -1,0 +1,271 @@
+// Replay: served kernels really do not run, served outputs equal the
+// originals, entries are released, each error is raised with its message, TLS
+// is restored after exceptions, and outside regions the fallback is never
+// entered.
+#include "plugin/fallback.h"
+#include "policy/checkpoint_policy.h"
+#include "replay/dispatch_key.h"
+#include "replay/invocation.h"
+#include "replay/region.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <gtest/gtest.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <string>
+
+namespace hpac {
+namespace {
+
+std::atomic<int> counted_mm_calls{0};
+
+at::Tensor countedMm(const at::Tensor& a, const at::Tensor& b) {
+  ++counted_mm_calls;
+  return at::mm(a, b);
+}
+
+// A test op whose kernel counts its calls, registered for the lifetime of the
+// fixture (RAII: the Library objects deregister on destruction).
+class ReplayTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    def_ = new torch::Library(torch::Library::DEF, "hpac_test", c10::nullopt, __FILE__, __LINE__);
+    def_->def("counted_mm(Tensor a, Tensor b) -> Tensor");
+    impl_ = new torch::Library(torch::Library::IMPL, "hpac_test", c10::DispatchKey::CPU, __FILE__, __LINE__);
+    impl_->impl("counted_mm", TORCH_FN(countedMm));
+  }
+  static void TearDownTestSuite() {
+    delete impl_;
+    delete def_;
+  }
+  void SetUp() override { counted_mm_calls = 0; }
+
+  static at::Tensor callCountedMm(const at::Tensor& a, const at::Tensor& b) {
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("hpac_test::counted_mm", "")
+                         .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+    return op.call(a, b);
+  }
+
+  static torch::Library* def_;
+  static torch::Library* impl_;
+};
+torch::Library* ReplayTest::def_ = nullptr;
+torch::Library* ReplayTest::impl_ = nullptr;
+
+std::string messageOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "(no error)";
+}
+
+TEST(Plugin, FallbackIsRegisteredOnTheNamedKey) {
+  EXPECT_EQ(dispatchKey(), c10::DispatchKey::Fake);
+  EXPECT_TRUE(c10::Dispatcher::singleton().hasBackendFallbackForDispatchKey(dispatchKey()));
+  const FallbackStatus s = fallbackStatus();
+  EXPECT_TRUE(s.registered) << s.reason;
+  EXPECT_TRUE(c10::Dispatcher::singleton().findSchema({"hpac::version", ""}).has_value());
+}
+
+TEST(Plugin, DispatchKeyNames) {
+  c10::DispatchKey key;
+  std::string error;
+  EXPECT_TRUE(parseDispatchKeyName("Fake", &key, &error));
+  EXPECT_EQ(key, c10::DispatchKey::Fake);
+  EXPECT_FALSE(parseDispatchKeyName("Fakee", &key, &error));
+  EXPECT_NE(error.find("'Fakee' is not a dispatch key name"), std::string::npos) << error;
+  EXPECT_FALSE(parseDispatchKeyName("CPU", &key, &error));
+  EXPECT_NE(error.find("backend"), std::string::npos) << error;
+}
+
+TEST(Plugin, FallbackNeverEnteredOutsideRegions) {
+  const uint64_t before = fallbackEntriesOnThisThread();
+  at::Tensor a = at::randn({8, 8}).set_requires_grad(true);
+  at::Tensor y = at::softmax(at::mm(a, a), -1).sum();
+  y.backward();
+  EXPECT_EQ(fallbackEntriesOnThisThread(), before);
+
+  Invocation inv(PolicyFactory{});
+  {
+    RegionGuard region(inv, Phase::kForward);
+    at::relu(a);
+  }
+  EXPECT_GT(fallbackEntriesOnThisThread(), before);
+  const uint64_t after_region = fallbackEntriesOnThisThread();
+  at::relu(a);
+  EXPECT_EQ(fallbackEntriesOnThisThread(), after_region);
+}
+
+TEST_F(ReplayTest, ServedKernelsDoNotRunAndOutputsMatch) {
+  Invocation inv(saveListPolicy({"hpac_test::counted_mm"}));
+  const at::Tensor a = at::randn({5, 6}), b = at::randn({6, 7}), c = at::randn({7, 3});
+  at::Tensor f1, f2;
+  {
+    RegionGuard region(inv, Phase::kForward);
+    f1 = callCountedMm(a, b);
+    f2 = callCountedMm(f1, c);
+  }
+  EXPECT_EQ(counted_mm_calls, 2);
+  EXPECT_EQ(inv.storedEntries(), 2u);
+  EXPECT_EQ(inv.storedBytes(), (5 * 7 + 5 * 3) * 4);
+  at::Tensor r1, r2;
+  {
+    RegionGuard region(inv, Phase::kRecompute);
+    r1 = callCountedMm(a, b);
+    EXPECT_EQ(inv.storedEntries(), 1u);  // released as served
+    r2 = callCountedMm(r1, c);
+  }
+  EXPECT_EQ(counted_mm_calls, 2) << "a served op ran its kernel";
+  EXPECT_TRUE(at::equal(r1, f1));
+  EXPECT_TRUE(at::equal(r2, f2));
+  EXPECT_NE(r1.unsafeGetTensorImpl(), f1.unsafeGetTensorImpl());  // a fresh alias, not the original
+  EXPECT_EQ(inv.storedEntries(), 0u);
+  EXPECT_EQ(inv.storedBytes(), 0);
+  EXPECT_EQ(inv.stats().saved, 2);
+  EXPECT_EQ(inv.stats().served, 2);
+  EXPECT_EQ(inv.stats().ops_forward, 2);
+  EXPECT_EQ(inv.stats().ops_recompute, 2);
+}
+
+TEST_F(ReplayTest, RecomputedOpsRunAgain) {
+  Invocation inv(PolicyFactory{});  // recompute everything
+  const at::Tensor a = at::randn({4, 4});
+  for (Phase phase : {Phase::kForward, Phase::kRecompute}) {
+    RegionGuard region(inv, phase);
+    callCountedMm(a, a);
+  }
+  EXPECT_EQ(counted_mm_calls, 2);
+  EXPECT_EQ(inv.stats().recomputed, 1);
+  EXPECT_EQ(inv.stats().saved, 0);
+}
+
+TEST_F(ReplayTest, MissingEntryNamesOpOccurrenceAndInvocation) {
+  Invocation inv(saveListPolicy({"hpac_test::counted_mm"}));
+  const at::Tensor a = at::randn({3, 3});
+  {
+    RegionGuard region(inv, Phase::kForward);
+    callCountedMm(a, a);
+  }
+  RegionGuard region(inv, Phase::kRecompute);
+  callCountedMm(a, a);
+  const std::string msg = messageOf([&] { callCountedMm(a, a); });
+  EXPECT_NE(msg.find("hpac_test::counted_mm (default overload) occurrence 1 of invocation " + std::to_string(inv.id()) +
+                     " is not in storage"),
+            std::string::npos)
+      << msg;
+}
+
+TEST_F(ReplayTest, SecondRecomputeIsAnExtraBackward) {
+  Invocation inv(saveListPolicy({"hpac_test::counted_mm"}));
+  const at::Tensor a = at::randn({3, 3});
+  for (Phase phase : {Phase::kForward, Phase::kRecompute}) {
+    RegionGuard region(inv, phase);
+    callCountedMm(a, a);
+  }
+  RegionGuard region(inv, Phase::kRecompute);
+  const std::string msg = messageOf([&] { callCountedMm(a, a); });
+  EXPECT_NE(msg.find("occurrence 0 of invocation " + std::to_string(inv.id()) + " was already served"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("an extra time"), std::string::npos) << msg;
+}
+
+TEST_F(ReplayTest, MutatedCacheIsAnErrorUnlessAllowed) {
+  const at::Tensor a = at::randn({3, 3});
+  {
+    Invocation inv(saveListPolicy({"hpac_test::counted_mm"}));
+    {
+      RegionGuard region(inv, Phase::kForward);
+      at::Tensor out = callCountedMm(a, a);
+      out.add_(1);  // user code mutates the cached output
+    }
+    RegionGuard region(inv, Phase::kRecompute);
+    const std::string msg = messageOf([&] { callCountedMm(a, a); });
+    EXPECT_NE(msg.find("was modified in place after it was saved"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("hpac_test::counted_mm"), std::string::npos) << msg;
+  }
+  {
+    Invocation inv(saveListPolicy({"hpac_test::counted_mm"}), InvocationOptions{/*allow_cache_mutation=*/true});
+    at::Tensor original;
+    {
+      RegionGuard region(inv, Phase::kForward);
+      at::Tensor out = callCountedMm(a, a);
+      original = out.clone();
+      out.add_(1);
+    }
+    RegionGuard region(inv, Phase::kRecompute);
+    EXPECT_TRUE(at::equal(callCountedMm(a, a), original));  // the clone taken at save time
+  }
+}
+
+TEST_F(ReplayTest, InPlaceSavedOpGivesTheRecomputeItsContents) {
+  Invocation inv(saveListPolicy({"aten::add_.Tensor"}));
+  const at::Tensor b = at::randn({4});
+  at::Tensor fwd = at::zeros({4});
+  {
+    RegionGuard region(inv, Phase::kForward);
+    fwd.add_(b);
+  }
+  at::Tensor rec = at::zeros({4});
+  at::Tensor returned;
+  {
+    RegionGuard region(inv, Phase::kRecompute);
+    returned = rec.add_(at::zeros({4}));  // kernel skipped: the forward's result is written into rec
+  }
+  EXPECT_TRUE(at::equal(rec, fwd));
+  EXPECT_EQ(returned.unsafeGetTensorImpl(), rec.unsafeGetTensorImpl());
+  EXPECT_EQ(inv.stats().served, 1);
+}
+
+TEST(Region, TlsIsRestoredAfterAnException) {
+  const c10::DispatchKey key = dispatchKey();
+  ASSERT_FALSE(c10::impl::tls_is_dispatch_key_included(key));
+  Invocation inv(PolicyFactory{});
+  const at::Tensor x = at::ones({2});
+  EXPECT_THROW(
+      {
+        RegionGuard region(inv, Phase::kForward);
+        EXPECT_TRUE(c10::impl::tls_is_dispatch_key_included(key));
+        at::relu(x);
+        throw std::runtime_error("user code failed");
+      },
+      std::runtime_error);
+  EXPECT_FALSE(c10::impl::tls_is_dispatch_key_included(key));
+  EXPECT_FALSE(c10::impl::tls_is_dispatch_key_excluded(key));
+  EXPECT_EQ(currentRegion().invocation, nullptr);
+  // The thread trains normally afterwards.
+  Invocation next(PolicyFactory{});
+  {
+    RegionGuard region(next, Phase::kForward);
+    at::relu(x);
+  }
+  EXPECT_EQ(next.stats().ops_forward, 1);
+}
+
+TEST(Region, RegionsDoNotNest) {
+  Invocation outer(PolicyFactory{}), inner(PolicyFactory{});
+  RegionGuard region(outer, Phase::kForward);
+  const std::string msg = messageOf([&] { RegionGuard nested(inner, Phase::kForward); });
+  EXPECT_NE(msg.find("checkpoint regions do not nest"), std::string::npos) << msg;
+  EXPECT_EQ(currentRegion().invocation, &outer);
+}
+
+TEST(Region, OpsInsideKernelsAreNotCounted) {
+  // addmm's and softmax's CPU kernels allocate and call other ops internally;
+  // only the ops autograd sees are part of the region's sequence.
+  Invocation inv(PolicyFactory{});
+  const at::Tensor x = at::randn({4, 8}), w = at::randn({8, 8}), b = at::randn({8});
+  {
+    RegionGuard region(inv, Phase::kForward);
+    at::softmax(at::addmm(b, x, w), -1);
+  }
+  EXPECT_EQ(inv.stats().ops_forward, 2);  // addmm, _softmax
+}
+
+}  // namespace
+}  // namespace hpac

@@ -1,0 +1,5 @@
+#pragma once
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/library.h>
