@@ -13,6 +13,7 @@
 // Loading the same file twice is a no-op by construction: the dynamic loader
 // returns the handle it already has and runs no constructor again.
 #include "plugin/fallback.h"
+#include "plugin/ops.h"
 
 #include "replay/dispatch_key.h"
 
@@ -44,11 +45,6 @@ std::string libraryPath() {
 
 namespace {
 
-std::string fallbackStatusString() {
-  const FallbackStatus s = fallbackStatus();
-  return s.registered ? std::string("registered") : "not registered: " + s.reason;
-}
-
 // Asks a copy of hpac that is already registered where it was loaded from.
 std::string otherHpacOwner() {
   auto op = c10::Dispatcher::singleton().findSchema({"hpac::library_path", ""});
@@ -72,14 +68,16 @@ Registration& registration() {
   return r;
 }
 
-void registerOps(torch::Library& m) {
-  m.def("version() -> str", [] { return std::string(version()); });
-  m.def("library_path() -> str", [] { return libraryPath(); });
-  m.def("dispatch_key() -> str", [] { return std::string(c10::toString(dispatchKey())); });
-  m.def("fallback_status() -> str", [] { return fallbackStatusString(); });
-}
-
 void registerAtLoad() {
+  auto& dispatcher = c10::Dispatcher::singleton();
+  Registration& r = registration();
+  // The op namespace first, and even when the fallback cannot be registered:
+  // it is how users ask what went wrong (torch.ops.hpac.fallback_status()).
+  // A copy of hpac that is already loaded keeps serving it.
+  if (!dispatcher.findSchema({"hpac::version", ""})) {
+    r.ops = std::make_unique<torch::Library>(torch::Library::DEF, "hpac", c10::nullopt, __FILE__, __LINE__);
+    registerHpacOps(*r.ops);
+  }
   const std::string& env_error = dispatchKeyEnvError();
   if (!env_error.empty()) {
     setFallbackStatus(false, env_error);
@@ -87,10 +85,11 @@ void registerAtLoad() {
     return;
   }
   const c10::DispatchKey key = dispatchKey();
-  auto& dispatcher = c10::Dispatcher::singleton();
   if (dispatcher.hasBackendFallbackForDispatchKey(key)) {
     std::string owner = otherHpacOwner();
-    if (owner.empty()) owner = "the running torch or another extension (a torch with a C++ FakeTensor owns Fake)";
+    if (owner.empty() || r.ops) {
+      owner = "the running torch or another extension (a torch with a C++ FakeTensor owns Fake)";
+    }
     const std::string reason = std::string("dispatch key ") + c10::toString(key) + " already has a fallback, owned by " +
                                owner + "; this copy of hpac (" + libraryPath() +
                                ") did not register. Load only one libhpac.so per process, or choose a free key "
@@ -99,13 +98,8 @@ void registerAtLoad() {
     std::cerr << "hpac: " << reason << "\n";
     return;
   }
-  Registration& r = registration();
   r.fallback = std::make_unique<torch::Library>(torch::Library::IMPL, "_", key, __FILE__, __LINE__);
   r.fallback->fallback(torch::CppFunction::makeFromBoxedFunction<&hpacFallback>());
-  if (!dispatcher.findSchema({"hpac::version", ""})) {
-    r.ops = std::make_unique<torch::Library>(torch::Library::DEF, "hpac", c10::nullopt, __FILE__, __LINE__);
-    registerOps(*r.ops);
-  }
   setFallbackStatus(true, "");
 }
 

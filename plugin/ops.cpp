@@ -1,0 +1,105 @@
+#include "plugin/ops.h"
+
+#include "plugin/fallback.h"
+#include "policy/selective_policy.h"
+#include "replay/dispatch_key.h"
+#include "replay/invocation.h"
+#include "replay/region.h"
+
+#include <torch/custom_class.h>
+
+#include <memory>
+#include <thread>
+
+namespace hpac {
+namespace {
+
+c10::Dict<std::string, int64_t> toDict(const InvocationStats& s) {
+  c10::Dict<std::string, int64_t> d;
+  d.insert("ops_forward", s.ops_forward);
+  d.insert("ops_recompute", s.ops_recompute);
+  d.insert("saved", s.saved);
+  d.insert("saved_bytes", s.saved_bytes);
+  d.insert("served", s.served);
+  d.insert("recomputed", s.recomputed);
+  d.insert("ignored", s.ignored);
+  d.insert("recomputes", s.recomputes);
+  return d;
+}
+
+PolicyFactory policyFor(const std::string& kind, const std::vector<std::string>& save_list) {
+  if (kind == "selective") {
+    TORCH_CHECK(save_list.empty(), "hpac.Invocation: kind 'selective' takes no save_list (got ", save_list.size(),
+                " entries); use kind 'save_list'");
+    return selectivePolicy();
+  }
+  if (kind == "full") {
+    TORCH_CHECK(save_list.empty(), "hpac.Invocation: kind 'full' takes no save_list (got ", save_list.size(),
+                " entries); use kind 'save_list'");
+    return PolicyFactory{};
+  }
+  if (kind == "save_list") return saveListPolicy(save_list);
+  TORCH_CHECK(false, "hpac.Invocation: unknown kind '", kind, "'; allowed: selective, full, save_list");
+}
+
+// One checkpoint call seen from Python: its invocation, and the region guard
+// between enter() and exit(). The guard lives on the thread that entered.
+class InvocationHandle : public torch::CustomClassHolder {
+ public:
+  InvocationHandle(const std::string& kind, const std::vector<std::string>& save_list, bool allow_cache_mutation)
+      : invocation_(std::make_unique<Invocation>(policyFor(kind, save_list),
+                                                 InvocationOptions{allow_cache_mutation})) {}
+
+  int64_t id() const { return static_cast<int64_t>(invocation_->id()); }
+
+  void enter(const std::string& phase) {
+    TORCH_CHECK(phase == "forward" || phase == "recompute", "hpac.Invocation.enter: unknown phase '", phase,
+                "'; allowed: forward, recompute");
+    TORCH_CHECK(!guard_, "hpac.Invocation.enter: invocation ", id(), " is already inside its ", toString(phase_),
+                " region; exit() it first");
+    guard_ = std::make_unique<RegionGuard>(*invocation_, phase == "forward" ? Phase::kForward : Phase::kRecompute);
+    phase_ = phase == "forward" ? Phase::kForward : Phase::kRecompute;
+    thread_ = std::this_thread::get_id();
+  }
+
+  void exit() {
+    TORCH_CHECK(guard_, "hpac.Invocation.exit: invocation ", id(), " is not inside a region");
+    TORCH_CHECK(thread_ == std::this_thread::get_id(), "hpac.Invocation.exit: invocation ", id(),
+                " was entered on another thread; enter and exit a region on the same thread");
+    guard_.reset();
+  }
+
+  c10::Dict<std::string, int64_t> stats() const { return toDict(invocation_->stats()); }
+  int64_t storedEntries() const { return static_cast<int64_t>(invocation_->storedEntries()); }
+
+ private:
+  std::unique_ptr<Invocation> invocation_;
+  std::unique_ptr<RegionGuard> guard_;
+  Phase phase_ = Phase::kForward;
+  std::thread::id thread_;
+};
+
+}  // namespace
+
+void registerHpacOps(torch::Library& m) {
+  m.def("version() -> str", [] { return std::string(version()); });
+  m.def("library_path() -> str", [] { return libraryPath(); });
+  m.def("dispatch_key() -> str", [] { return std::string(c10::toString(dispatchKey())); });
+  m.def("fallback_status() -> str", [] {
+    const FallbackStatus s = fallbackStatus();
+    return s.registered ? std::string("registered") : "not registered: " + s.reason;
+  });
+  m.def("global_stats() -> Dict(str, int)", [] { return toDict(globalStats()); });
+  m.def("reset_global_stats() -> ()", [] { resetGlobalStats(); });
+  m.def("fallback_entries() -> int", [] { return static_cast<int64_t>(fallbackEntriesOnThisThread()); });
+
+  m.class_<InvocationHandle>("Invocation")
+      .def(torch::init<std::string, std::vector<std::string>, bool>())
+      .def("id", &InvocationHandle::id)
+      .def("enter", &InvocationHandle::enter)
+      .def("exit", &InvocationHandle::exit)
+      .def("stats", &InvocationHandle::stats)
+      .def("stored_entries", &InvocationHandle::storedEntries);
+}
+
+}  // namespace hpac

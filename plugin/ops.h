@@ -1,0 +1,23 @@
+// hpac/plugin/ops.h
+//
+// The `hpac` operator namespace and custom classes, the interface Python (and
+// any TorchScript or C++ caller going through the dispatcher) uses:
+//
+//   torch.ops.hpac.version() -> str           torch.ops.hpac.library_path() -> str
+//   torch.ops.hpac.dispatch_key() -> str      torch.ops.hpac.fallback_status() -> str
+//   torch.ops.hpac.global_stats() -> Dict[str, int]
+//   torch.ops.hpac.reset_global_stats() -> None
+//   torch.ops.hpac.fallback_entries() -> int  (this thread)
+//   torch.classes.hpac.Invocation(kind: str, save_list: List[str], allow_cache_mutation: bool)
+//       kind: "selective" (built-in policy), "full" (recompute everything), "save_list"
+//       .id() -> int, .enter(phase: "forward"|"recompute"), .exit(), .stats() -> Dict[str, int],
+//       .stored_entries() -> int
+#pragma once
+
+#include <torch/library.h>
+
+namespace hpac {
+
+void registerHpacOps(torch::Library& m);
+
+}  // namespace hpac

@@ -1,0 +1,262 @@
+"""hpac from Python: selective activation checkpointing run by libhpac.so's dispatcher fallback.
+
+    import hpac                                    # loads libhpac.so ($HPAC_LIBRARY or the repo's build/)
+    y = hpac.checkpoint(block, x, policy="selective")              # torch 1.13+: hpac's own non-reentrant checkpoint
+    y = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False,
+                                          context_fn=hpac.context_fn("selective"))   # torch >= 2.1
+    hpac.checkpoint_wrapper(layer, mode="selective")                # in place; state_dict keys unchanged
+
+The policy runs in C++ (built-in selective rules, a save list, or recompute everything); Python only marks
+where a region starts and ends. Errors raised by hpac (replay mismatch, extra backward, mutated cache, key
+already owned) arrive as RuntimeError with hpac's message.
+"""
+import contextlib
+import functools
+import os
+import threading
+
+import torch
+
+__all__ = [
+    "load", "version", "dispatch_key", "fallback_status", "global_stats", "reset_global_stats",
+    "Invocation", "context_fn", "checkpoint", "checkpoint_wrapper",
+]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_REPO = os.path.normpath(os.path.join(_HERE, "..", "..", ".."))
+_load_lock = threading.Lock()
+
+
+def _ops_present():
+    try:
+        torch.ops.hpac.version
+        return True
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def load(path=None):
+    """Makes torch.ops.hpac / torch.classes.hpac available and returns the path of the library serving them.
+
+    Nothing is loaded when they are already there (LD_PRELOAD, or an earlier load). Otherwise the library is
+    `path`, else $HPAC_LIBRARY, else the repository's build/plugin/libhpac.so.
+    """
+    with _load_lock:
+        if not _ops_present():
+            candidate = path or os.environ.get("HPAC_LIBRARY") or os.path.join(_REPO, "build", "plugin", "libhpac.so")
+            if not os.path.exists(candidate):
+                raise RuntimeError(
+                    f"hpac: libhpac.so not found at '{candidate}'; build it (tools/build.sh) or set HPAC_LIBRARY "
+                    "to its path")
+            torch.ops.load_library(candidate)
+        return torch.ops.hpac.library_path()
+
+
+def version():
+    return torch.ops.hpac.version()
+
+
+def dispatch_key():
+    return torch.ops.hpac.dispatch_key()
+
+
+def fallback_status():
+    return torch.ops.hpac.fallback_status()
+
+
+def global_stats():
+    return dict(torch.ops.hpac.global_stats())
+
+
+def reset_global_stats():
+    torch.ops.hpac.reset_global_stats()
+
+
+def _policy_kind(policy):
+    """policy: "selective" | "full" | None (= full) | an iterable of op names (save list)."""
+    if policy is None or policy == "full":
+        return "full", []
+    if policy == "selective":
+        return "selective", []
+    if isinstance(policy, str):
+        raise ValueError(f"hpac: unknown policy '{policy}'; allowed: 'selective', 'full', None, or a list of op "
+                         "names such as ['aten::mm', 'aten::max.dim']")
+    names = list(policy)
+    if not all(isinstance(n, str) for n in names):
+        raise ValueError(f"hpac: a save list holds op names (str), got {names!r}")
+    return "save_list", names
+
+
+class Invocation:
+    """One checkpoint call: the C++ Invocation (op counters, storage, stats) and its two regions."""
+
+    def __init__(self, policy="selective", allow_cache_mutation=False):
+        kind, names = _policy_kind(policy)
+        self._handle = torch.classes.hpac.Invocation(kind, names, bool(allow_cache_mutation))
+
+    @property
+    def id(self):
+        return self._handle.id()
+
+    def stats(self):
+        return dict(self._handle.stats())
+
+    def stored_entries(self):
+        return self._handle.stored_entries()
+
+    @contextlib.contextmanager
+    def region(self, phase):
+        """Every aten op run inside goes through hpac (phase: 'forward' or 'recompute')."""
+        self._handle.enter(phase)
+        try:
+            yield self
+        finally:
+            self._handle.exit()
+
+
+def context_fn(policy="selective", allow_cache_mutation=False):
+    """For torch.utils.checkpoint.checkpoint(..., use_reentrant=False, context_fn=...) on torch >= 2.1.
+
+    Returns a callable that, per checkpoint call, creates one Invocation and returns its (forward, recompute)
+    context managers.
+    """
+    _policy_kind(policy)  # validate now, not inside backward
+
+    def make_contexts():
+        inv = Invocation(policy, allow_cache_mutation)
+        return inv.region("forward"), inv.region("recompute")
+
+    return make_contexts
+
+
+def _cuda_devices(tensors):
+    return sorted({t.device.index for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda})
+
+
+class _Placeholder:
+    __slots__ = ("frame", "index")
+
+    def __init__(self, frame, index):
+        self.frame = frame
+        self.index = index
+
+
+class _Frame:
+    """State of one hpac.checkpoint call (the torch 1.13 path); owned by the placeholders in the graph."""
+
+    def __init__(self, fn, args, kwargs, invocation, preserve_rng_state, determinism_check):
+        self.fn = fn
+        self.kwargs = kwargs
+        self.args = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+        self.requires_grad = [isinstance(a, torch.Tensor) and a.requires_grad for a in args]
+        self.invocation = invocation
+        self.determinism_check = determinism_check
+        self.meta = []
+        self.recomputed = {}
+        self.lock = threading.Lock()
+        self.devices = _cuda_devices(args) if preserve_rng_state else None
+        if preserve_rng_state:
+            self.cpu_rng = torch.get_rng_state()
+            self.cuda_rng = [torch.cuda.get_rng_state(d) for d in self.devices]
+
+    def pack(self, tensor):
+        self.meta.append((tensor.shape, tensor.dtype, tensor.device))
+        return _Placeholder(self, len(self.meta) - 1)
+
+    def unpack(self, placeholder):
+        with self.lock:
+            if placeholder.index not in self.recomputed:
+                self._recompute()
+            return self.recomputed.pop(placeholder.index)
+
+    @contextlib.contextmanager
+    def _forward_rng(self):
+        if self.devices is None:
+            yield
+            return
+        with torch.random.fork_rng(devices=self.devices):
+            torch.set_rng_state(self.cpu_rng)
+            for d, state in zip(self.devices, self.cuda_rng):
+                torch.cuda.set_rng_state(state, d)
+            yield
+
+    def _recompute(self):
+        inputs = [a.detach().requires_grad_(rg) if isinstance(a, torch.Tensor) else a
+                  for a, rg in zip(self.args, self.requires_grad)]
+        collected = []
+
+        def pack(tensor):
+            collected.append(tensor.detach())
+            return None
+
+        def unpack(_):
+            raise RuntimeError("hpac: a tensor saved during a checkpoint recompute was unpacked")
+
+        with self._forward_rng(), torch.enable_grad(), \
+                torch.autograd.graph.saved_tensors_hooks(pack, unpack), self.invocation.region("recompute"):
+            self.fn(*inputs, **self.kwargs)
+        if self.determinism_check:
+            self._check(collected)
+        self.recomputed = dict(enumerate(collected))
+
+    def _check(self, collected):
+        inv = self.invocation.id
+        if len(collected) != len(self.meta):
+            raise RuntimeError(
+                f"hpac: checkpoint invocation {inv} is not deterministic: the forward saved {len(self.meta)} "
+                f"tensors for backward but the recompute saved {len(collected)}. The checkpointed function must run "
+                "the same ops in backward as in forward.")
+        for i, (t, (shape, dtype, device)) in enumerate(zip(collected, self.meta)):
+            if t.shape != shape or t.dtype != dtype or t.device != device:
+                raise RuntimeError(
+                    f"hpac: checkpoint invocation {inv} is not deterministic: saved tensor #{i} was "
+                    f"{tuple(shape)} {dtype} on {device} in forward but {tuple(t.shape)} {t.dtype} on {t.device} "
+                    "in the recompute.")
+
+
+def checkpoint(fn, *args, policy="selective", preserve_rng_state=True, determinism_check=True,
+               allow_cache_mutation=False, **kwargs):
+    """Non-reentrant checkpoint of fn(*args, **kwargs) with the policy run by hpac in C++.
+
+    Works on torch 1.13 (no context_fn there): autograd's saved tensors become placeholders
+    (torch.autograd.graph.saved_tensors_hooks); the first one unpacked in backward re-runs fn in the recompute
+    phase with the forward's RNG state, and ops the policy saved are served from hpac's storage. Under no-grad
+    fn runs plainly. Returns fn's result.
+    """
+    if not torch.is_grad_enabled():
+        return fn(*args, **kwargs)
+    inv = Invocation(policy, allow_cache_mutation)
+    frame = _Frame(fn, args, kwargs, inv, preserve_rng_state, determinism_check)
+    with torch.autograd.graph.saved_tensors_hooks(frame.pack, frame.unpack), inv.region("forward"):
+        return fn(*args, **kwargs)
+
+
+def _checkpointed_forward(forward, mode, *args, **kwargs):
+    return checkpoint(forward, *args, policy="selective" if mode == "selective" else "full", **kwargs)
+
+
+def checkpoint_wrapper(module, mode="full"):
+    """Checkpoints every call of module (mode 'full' or 'selective') by replacing its forward in place.
+
+    The module object, its children and its state_dict keys stay exactly as they were. Returns module.
+    Call unwrap_checkpoint(module) to undo.
+    """
+    if mode not in ("full", "selective"):
+        raise ValueError(f"hpac: checkpoint_wrapper mode '{mode}' is not allowed; allowed: 'full', 'selective'")
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"hpac: checkpoint_wrapper expects a torch.nn.Module, got {type(module).__name__}")
+    unwrap_checkpoint(module)
+    original = module.forward
+    module.forward = functools.partial(_checkpointed_forward, original, mode)
+    module._hpac_original_forward = original
+    return module
+
+
+def unwrap_checkpoint(module):
+    original = module.__dict__.pop("_hpac_original_forward", None)
+    if original is not None:
+        module.__dict__.pop("forward", None)
+    return module
+
+
+load()
