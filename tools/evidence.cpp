@@ -64,9 +64,11 @@ StepReport runStep(const std::vector<MoeBlock>& blocks, const at::Tensor& input,
   }
   report.peak_over_baseline = tracker.peakBytes() - before;
   for (const auto& s : stats) report.stats += *s;
-  report.grads.push_back(x.grad());
+  // Copies: later backward passes accumulate into the parameters' .grad in place.
+  auto copy = [](const at::Tensor& g) { return g.defined() ? g.clone() : g; };
+  report.grads.push_back(copy(x.grad()));
   for (const MoeBlock& b : blocks) {
-    for (const at::Tensor& p : b.parameters()) report.grads.push_back(p.grad());
+    for (const at::Tensor& p : b.parameters()) report.grads.push_back(copy(p.grad()));
   }
   return report;
 }

@@ -27,7 +27,7 @@ struct StepReport {
   InvocationStats stats;           // summed over the step's checkpoint invocations
   int64_t kept_after_forward = 0;  // tensor bytes alive after forward, minus those alive before it
   int64_t peak_over_baseline = 0;  // peak tensor bytes during the step, minus those alive before it
-  std::vector<at::Tensor> grads;   // input gradient, then every parameter's gradient
+  std::vector<at::Tensor> grads;   // copies: input gradient, then every parameter's gradient
 };
 
 // Runs forward (each block checkpointed in `mode`), loss = mean(out^2), and

@@ -1,6 +1,7 @@
 #include "tools/tracking_allocator.h"
 
 #include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
 
 namespace hpac {
 namespace {
@@ -24,6 +25,9 @@ TrackingAllocator& TrackingAllocator::install() {
 }
 
 c10::DataPtr TrackingAllocator::allocate(size_t nbytes) const {
+  if (fail_countdown_.load(std::memory_order_relaxed) > 0 && fail_countdown_.fetch_sub(1) == 1) {
+    TORCH_CHECK(false, "TrackingAllocator: simulated out of memory allocating ", nbytes, " bytes");
+  }
   c10::DataPtr inner = inner_->allocate(nbytes);
   void* data = inner.get();
   const c10::Device device = inner.device();

@@ -28,6 +28,11 @@ class TrackingAllocator final : public c10::Allocator {
   // Sets the peak to the current value.
   void resetPeak() { peak_.store(currentBytes(), std::memory_order_relaxed); }
 
+  // Fault injection: the `n`-th allocation from now (n >= 1) throws c10::Error
+  // ("simulated out of memory"), as a real allocator does when memory runs
+  // out. failAfter(0) disarms.
+  void failAfter(int64_t n) { fail_countdown_.store(n, std::memory_order_relaxed); }
+
   c10::DataPtr allocate(size_t nbytes) const override;
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
 
@@ -39,6 +44,7 @@ class TrackingAllocator final : public c10::Allocator {
   mutable std::atomic<int64_t> current_{0};
   mutable std::atomic<int64_t> peak_{0};
   mutable std::atomic<int64_t> allocations_{0};
+  mutable std::atomic<int64_t> fail_countdown_{0};
 };
 
 }  // namespace hpac
