@@ -42,7 +42,9 @@ TEST(OpTables, ResolvesEveryEntryAndListsMissingOptionalOnes) {
   // Every required entry resolves to at least one handle.
   for (auto table : {ignoredOps(), recomputeOps(), matmulOps(), saveOps()}) {
     for (const OpEntry& e : table) {
-      if (!e.optional) EXPECT_FALSE(resolveEntry(e.name).empty()) << e.name;
+      if (!e.optional) {
+        EXPECT_FALSE(resolveEntry(e.name).empty()) << e.name;
+      }
     }
   }
 }
