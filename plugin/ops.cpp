@@ -5,6 +5,7 @@
 #include "replay/dispatch_key.h"
 #include "replay/invocation.h"
 #include "replay/region.h"
+#include "replay/tracking_allocator.h"
 
 #include <torch/custom_class.h>
 
@@ -91,6 +92,18 @@ void registerHpacOps(torch::Library& m) {
   });
   m.def("global_stats() -> Dict(str, int)", [] { return toDict(globalStats()); });
   m.def("reset_global_stats() -> ()", [] { resetGlobalStats(); });
+  // Tensor-memory accounting for CPU tensors (the tracking allocator wraps the
+  // current CPU allocator once; tensors allocated before are not counted).
+  m.def("track_memory() -> ()", [] { TrackingAllocator::install(); });
+  m.def("memory_stats() -> Dict(str, int)", [] {
+    TrackingAllocator& t = TrackingAllocator::install();
+    c10::Dict<std::string, int64_t> d;
+    d.insert("current_bytes", t.currentBytes());
+    d.insert("peak_bytes", t.peakBytes());
+    d.insert("allocations", t.allocations());
+    return d;
+  });
+  m.def("reset_peak_memory() -> ()", [] { TrackingAllocator::install().resetPeak(); });
   m.def("fallback_entries() -> int", [] { return static_cast<int64_t>(fallbackEntriesOnThisThread()); });
 
   m.class_<InvocationHandle>("Invocation")

@@ -8,6 +8,8 @@
 //   torch.ops.hpac.global_stats() -> Dict[str, int]
 //   torch.ops.hpac.reset_global_stats() -> None
 //   torch.ops.hpac.fallback_entries() -> int  (this thread)
+//   torch.ops.hpac.track_memory() -> None, memory_stats() -> Dict[str, int]
+//       {current_bytes, peak_bytes, allocations}, reset_peak_memory() -> None
 //   torch.classes.hpac.Invocation(kind: str, save_list: List[str], allow_cache_mutation: bool)
 //       kind: "selective" (built-in policy), "full" (recompute everything), "save_list"
 //       .id() -> int, .enter(phase: "forward"|"recompute"), .exit(), .stats() -> Dict[str, int],

@@ -6,7 +6,7 @@
 #include "replay/checkpoint.h"
 #include "tools/evidence.h"
 #include "tools/moe_block.h"
-#include "tools/tracking_allocator.h"
+#include "replay/tracking_allocator.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

@@ -8,7 +8,7 @@
 #include "replay/region.h"
 #include "tools/evidence.h"
 #include "tools/moe_block.h"
-#include "tools/tracking_allocator.h"
+#include "replay/tracking_allocator.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>

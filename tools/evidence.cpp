@@ -2,7 +2,7 @@
 
 #include "policy/selective_policy.h"
 #include "replay/checkpoint.h"
-#include "tools/tracking_allocator.h"
+#include "replay/tracking_allocator.h"
 
 #include <ATen/ATen.h>
 

@@ -19,7 +19,8 @@ import torch
 
 __all__ = [
     "load", "version", "dispatch_key", "fallback_status", "global_stats", "reset_global_stats",
-    "Invocation", "context_fn", "checkpoint", "checkpoint_wrapper",
+    "Invocation", "context_fn", "checkpoint", "checkpoint_with", "checkpoint_wrapper", "unwrap_checkpoint",
+    "track_memory", "memory_stats", "reset_peak_memory",
 ]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -70,6 +71,20 @@ def global_stats():
 
 def reset_global_stats():
     torch.ops.hpac.reset_global_stats()
+
+
+def track_memory():
+    """Counts CPU tensor bytes from now on (wraps the CPU allocator once for the whole process)."""
+    torch.ops.hpac.track_memory()
+
+
+def memory_stats():
+    """{'current_bytes', 'peak_bytes', 'allocations'} of CPU tensors allocated since track_memory()."""
+    return dict(torch.ops.hpac.memory_stats())
+
+
+def reset_peak_memory():
+    torch.ops.hpac.reset_peak_memory()
 
 
 def _policy_kind(policy):
@@ -225,9 +240,17 @@ def checkpoint(fn, *args, policy="selective", preserve_rng_state=True, determini
     """
     if not torch.is_grad_enabled():
         return fn(*args, **kwargs)
-    inv = Invocation(policy, allow_cache_mutation)
-    frame = _Frame(fn, args, kwargs, inv, preserve_rng_state, determinism_check)
-    with torch.autograd.graph.saved_tensors_hooks(frame.pack, frame.unpack), inv.region("forward"):
+    return checkpoint_with(Invocation(policy, allow_cache_mutation), fn, *args, preserve_rng_state=preserve_rng_state,
+                           determinism_check=determinism_check, **kwargs)
+
+
+def checkpoint_with(invocation, fn, *args, preserve_rng_state=True, determinism_check=True, **kwargs):
+    """hpac.checkpoint's machinery around any invocation-like object: one with `.id` and a context manager
+    `.region(phase)` for phase 'forward' / 'recompute' (benchmarks plug a Python dispatch mode in here)."""
+    if not torch.is_grad_enabled():
+        return fn(*args, **kwargs)
+    frame = _Frame(fn, args, kwargs, invocation, preserve_rng_state, determinism_check)
+    with torch.autograd.graph.saved_tensors_hooks(frame.pack, frame.unpack), invocation.region("forward"):
         return fn(*args, **kwargs)
 
 

@@ -1,4 +1,4 @@
-#include "tools/tracking_allocator.h"
+#include "replay/tracking_allocator.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>

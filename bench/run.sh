@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The benchmark suite: builds, then runs the per-op overhead benchmark, the
+# per-mode training-step benchmark and the Python peer harness, writing JSON to
+# bench/results/ and the plot to docs/results_step.svg. A few minutes here.
+#
+# Allocator control: glibc malloc serves large tensors with mmap/munmap, and
+# the page faults then dominate CPU step time and penalise the mode with the
+# largest live set (off). The suite raises the mmap and trim thresholds so that
+# freed tensor memory is reused, for every mode alike.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/tools/build.sh"
+build=${HPAC_BUILD_DIR:-$root/build}
+out=$root/bench/results
+mkdir -p "$out"
+export GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296
+blas=$(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo unknown)
+echo "[hpac bench] BLAS: $blas; GLIBC_TUNABLES=$GLIBC_TUNABLES; $(nproc) CPUs"
+echo "$blas" >"$out/blas.txt"
+
+echo "[hpac bench] 1/3 per-op overhead"
+"$build/bench/hpac_bench_overhead" --benchmark_repetitions=7 --benchmark_report_aggregates_only=true \
+  --benchmark_out="$out/overhead.json" --benchmark_out_format=json
+
+echo "[hpac bench] 2/3 training step per mode (off / full / selective side by side)"
+"$build/bench/hpac_bench_step" --benchmark_out="$out/step.json" --benchmark_out_format=json \
+  ${HPAC_BENCH_FILTER:+--benchmark_filter=$HPAC_BENCH_FILTER}
+
+echo "[hpac bench] 3/3 Python peer harness (off, torch checkpoint, Python-mode SAC, hpac)"
+HPAC_LIBRARY="$build/plugin/libhpac.so" PYTHONPATH="$root/plugin/python" \
+  /usr/bin/python3 "$root/bench/peer_harness.py" --out "$out/peer.json"
+
+/usr/bin/python3 "$root/bench/plot_results.py" "$out/step.json" "$root/docs/results_step.svg" --layers 4
+echo "[hpac bench] results in $out; plot in docs/results_step.svg"

@@ -1,0 +1,50 @@
+// hpac/replay/tracking_allocator.h
+//
+// TrackingAllocator: a CPU allocator that wraps the one installed before it
+// and counts live and peak tensor bytes. Tensors do not go through operator
+// new, so this is how hpac's tests and benchmarks measure activation memory.
+// Install it before the tensors you want to count are allocated; tensors
+// allocated earlier are freed through their original deleter and not counted.
+//
+// Thread safety: counters are atomics; allocate/free may run on any thread.
+#pragma once
+
+#include <c10/core/Allocator.h>
+
+#include <atomic>
+#include <cstdint>
+
+namespace hpac {
+
+class TrackingAllocator final : public c10::Allocator {
+ public:
+  // Installs the process-wide tracker over the current CPU allocator (once)
+  // and returns it.
+  static TrackingAllocator& install();
+
+  int64_t currentBytes() const { return current_.load(std::memory_order_relaxed); }
+  int64_t peakBytes() const { return peak_.load(std::memory_order_relaxed); }
+  int64_t allocations() const { return allocations_.load(std::memory_order_relaxed); }
+  // Sets the peak to the current value.
+  void resetPeak() { peak_.store(currentBytes(), std::memory_order_relaxed); }
+
+  // Fault injection: the `n`-th allocation from now (n >= 1) throws c10::Error
+  // ("simulated out of memory"), as a real allocator does when memory runs
+  // out. failAfter(0) disarms.
+  void failAfter(int64_t n) { fail_countdown_.store(n, std::memory_order_relaxed); }
+
+  c10::DataPtr allocate(size_t nbytes) const override;
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+ private:
+  explicit TrackingAllocator(c10::Allocator* inner) : inner_(inner) {}
+  static void release(void* ctx);
+
+  c10::Allocator* inner_;
+  mutable std::atomic<int64_t> current_{0};
+  mutable std::atomic<int64_t> peak_{0};
+  mutable std::atomic<int64_t> allocations_{0};
+  mutable std::atomic<int64_t> fail_countdown_{0};
+};
+
+}  // namespace hpac
