@@ -4,6 +4,7 @@
 
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <mutex>
 
@@ -54,13 +55,38 @@ void forEachTensor(const c10::IValue& v, Fn&& fn) {
   }
 }
 
-bool writes(const c10::Argument& a) {
-  return a.alias_info() != nullptr && a.alias_info()->isWrite();
+// Note [In-place collectives]
+// The dispatcher-routed c10d collectives (c10d::allreduce_, alltoall_,
+// allgather_, reduce_scatter_, broadcast_, recv_) write their first argument
+// in place and return it together with a Work handle, but their schemas carry
+// no alias annotations. hpac treats them like annotated in-place ops: the
+// forward waits for the Work (the values are final only then) and snapshots
+// the written tensors; the recompute copies the snapshots into its own
+// tensors, returns those tensors and the forward's (completed) Work, and never
+// re-issues the collective.
+bool isInPlaceCollective(const c10::FunctionSchema& schema) {
+  const std::string& name = schema.name();
+  return name.rfind("c10d::", 0) == 0 && !name.empty() && name.back() == '_';
+}
+
+// Which arguments the op writes.
+std::vector<bool> writtenArguments(const c10::FunctionSchema& schema) {
+  const auto& args = schema.arguments();
+  std::vector<bool> written(args.size(), false);
+  for (size_t i = 0; i < args.size(); ++i) {
+    written[i] = args[i].alias_info() != nullptr && args[i].alias_info()->isWrite();
+  }
+  if (isInPlaceCollective(schema) && !args.empty()) written[0] = true;
+  return written;
 }
 
 // Index of the argument a mutable return aliases (`Tensor(a!) self` ->
 // `Tensor(a!)`), or -1 for a fresh return.
 int64_t aliasedArgument(const c10::FunctionSchema& schema, size_t return_index) {
+  if (isInPlaceCollective(schema)) {
+    const auto& ret = schema.returns()[return_index];
+    return return_index == 0 && !schema.arguments().empty() && *ret.type() == *schema.arguments()[0].type() ? 0 : -1;
+  }
   const auto* ret_alias = schema.returns()[return_index].alias_info();
   if (ret_alias == nullptr) return -1;
   const auto& args = schema.arguments();
@@ -69,6 +95,12 @@ int64_t aliasedArgument(const c10::FunctionSchema& schema, size_t return_index) 
     if (a != nullptr && a->beforeSets() == ret_alias->beforeSets()) return static_cast<int64_t>(i);
   }
   return -1;
+}
+
+void waitIfWork(const c10::IValue& v) {
+  if (!v.isCustomClass()) return;
+  if (v.type()->str() != "__torch__.torch.classes.c10d.Work") return;
+  v.toCustomClass<c10d::Work>()->wait();
 }
 
 std::string opName(const c10::OperatorHandle& op) {
@@ -176,15 +208,18 @@ void Invocation::handle(Phase phase, const c10::OperatorHandle& op, c10::Dispatc
 void Invocation::save(const c10::OperatorHandle& op, c10::DispatchKeySet ks, int64_t occurrence,
                       torch::jit::Stack* stack, size_t args_begin) {
   const auto& schema = op.schema();
+  const std::vector<bool> written = writtenArguments(schema);
   std::vector<c10::IValue> written_args;
-  if (schema.is_mutable()) {
-    for (size_t i = 0; i < schema.arguments().size(); ++i) {
-      if (writes(schema.arguments()[i])) written_args.push_back((*stack)[args_begin + i]);
-    }
+  for (size_t i = 0; i < written.size(); ++i) {
+    if (written[i]) written_args.push_back((*stack)[args_begin + i]);
   }
   runBelowHpac(op, ks, stack);
 
   const size_t num_returns = schema.returns().size();
+  if (!written_args.empty()) {
+    // An asynchronous op's results are final once its Work completes.
+    for (size_t j = 0; j < num_returns; ++j) waitIfWork((*stack)[stack->size() - num_returns + j]);
+  }
   Entry entry;
   // Clones (only when mutation is allowed, or for snapshots) must not be seen as region ops.
   c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
@@ -251,8 +286,9 @@ void Invocation::serve(const c10::OperatorHandle& op, int64_t occurrence, torch:
   {
     c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
     size_t w = 0;
+    const std::vector<bool> written = writtenArguments(schema);
     for (size_t i = 0; i < num_args; ++i) {
-      if (!writes(schema.arguments()[i])) continue;
+      if (!written[i]) continue;
       forEachTensor(args[i], [&](const at::Tensor& t) {
         TORCH_CHECK(w < entry.written.size(), "hpac: ", opName(op), " occurrence ", occurrence,
                     " of invocation ", id_, " writes more tensors in recompute than in forward");

@@ -10,6 +10,7 @@ packages=(
   libtorch-dev
   libabsl-dev
   libyaml-cpp-dev
+  libgloo-dev
   libgtest-dev libgmock-dev
   libbenchmark-dev
   libopenblas0-pthread

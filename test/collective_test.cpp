@@ -1,0 +1,125 @@
+// Collectives inside checkpoint regions, on two Gloo ranks (threads of this
+// process, loopback): selective saves the in-place c10d::allreduce_ and serves
+// it in the recompute without re-issuing it (process-group calls per rank:
+// forward 1, recompute 0); full re-issues it symmetrically on both ranks; both
+// give gradients bit-identical to the same step without checkpointing.
+// See Note [In-place collectives] in replay/invocation.cpp.
+#include "policy/selective_policy.h"
+#include "replay/checkpoint.h"
+#include "tools/evidence.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/Ops.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include <atomic>
+#include <thread>
+
+namespace hpac {
+namespace {
+
+class CountingGloo final : public c10d::ProcessGroupGloo {
+ public:
+  using c10d::ProcessGroupGloo::ProcessGroupGloo;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override {
+    ++allreduce_calls;
+    return c10d::ProcessGroupGloo::allreduce(tensors, opts);
+  }
+  std::atomic<int> allreduce_calls{0};
+};
+
+// Row-parallel reduction: sum of the ranks' partial results in forward,
+// gradient passed through unchanged in backward (each rank owns its shard).
+struct AllReduceSum : public torch::autograd::Function<AllReduceSum> {
+  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& partial,
+                            c10::intrusive_ptr<c10d::ProcessGroup> pg) {
+    std::vector<at::Tensor> out{partial.clone()};
+    c10d::ops::allreduce(pg, out)->wait();  // through the dispatcher: c10d::allreduce_
+    return out[0];
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list grad) {
+    return {grad[0], at::Tensor()};
+  }
+};
+
+struct RankResult {
+  std::vector<at::Tensor> grads;
+  int forward_calls = -1;
+  int total_calls = -1;
+  InvocationStats stats;
+};
+
+RankResult runRank(int rank, const c10::intrusive_ptr<c10d::Store>& store, Mode mode) {
+  auto options = c10d::ProcessGroupGloo::Options::create();
+  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  auto pg = c10::make_intrusive<CountingGloo>(store, rank, 2, options);
+  at::manual_seed(100 + rank);  // each rank owns a different shard
+  const at::Tensor w_in = at::randn({8, 8}).set_requires_grad(true);
+  const at::Tensor w_out = at::randn({8, 8}).set_requires_grad(true);
+  at::manual_seed(7);  // the same input on both ranks
+  const at::Tensor x = at::randn({4, 8}).set_requires_grad(true);
+  auto layer = [&](const at::Tensor& in) {
+    const at::Tensor partial = at::mm(at::relu(at::mm(in, w_in)), w_out);
+    return at::tanh(AllReduceSum::apply(partial, pg));
+  };
+  RankResult r;
+  auto stats = std::make_shared<InvocationStats>();
+  {
+    at::Tensor y;
+    if (mode == Mode::kOff) {
+      y = layer(x);
+    } else {
+      CheckpointOptions o;
+      if (mode == Mode::kSelective) o.policy = selectivePolicy();
+      o.stats_out = stats;
+      y = checkpoint(layer, x, o);
+    }
+    r.forward_calls = pg->allreduce_calls;
+    y.pow(2).sum().backward();
+  }
+  r.total_calls = pg->allreduce_calls;
+  r.stats = *stats;
+  r.grads = {x.grad(), w_in.grad(), w_out.grad()};
+  return r;
+}
+
+std::vector<RankResult> runTwoRanks(Mode mode) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<RankResult> results(2);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] { results[rank] = runRank(rank, store, mode); });
+  }
+  for (auto& t : ranks) t.join();
+  return results;
+}
+
+TEST(Collectives, SelectiveServesTheAllReduceWithoutReissuingIt) {
+  const auto off = runTwoRanks(Mode::kOff);
+  const auto sel = runTwoRanks(Mode::kSelective);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(off[rank].total_calls, 1);
+    EXPECT_EQ(sel[rank].forward_calls, 1) << "rank " << rank;
+    EXPECT_EQ(sel[rank].total_calls, 1) << "rank " << rank << ": the recompute re-issued the collective";
+    EXPECT_GE(sel[rank].stats.served, 1);
+    EXPECT_EQ(maxAbsDiff(sel[rank].grads, off[rank].grads), 0.0) << "rank " << rank;
+  }
+}
+
+TEST(Collectives, FullReissuesTheAllReduceSymmetrically) {
+  const auto off = runTwoRanks(Mode::kOff);
+  const auto full = runTwoRanks(Mode::kFull);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(full[rank].forward_calls, 1);
+    EXPECT_EQ(full[rank].total_calls, 2) << "rank " << rank << ": forward 1 + recompute 1";
+    EXPECT_EQ(maxAbsDiff(full[rank].grads, off[rank].grads), 0.0) << "rank " << rank;
+  }
+}
+
+}  // namespace
+}  // namespace hpac
