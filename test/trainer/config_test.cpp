@@ -1,0 +1,180 @@
+// Config parsing: defaults, the example file, and every rejection (file, line,
+// column, bad value, allowed values).
+#include "tools/trainer/config.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace hpac::trainer {
+namespace {
+
+TrainConfig parseOk(const std::string& text) {
+  auto c = parseConfig(text, "t.yaml");
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return c.ok() ? *c : TrainConfig{};
+}
+
+std::string parseError(const std::string& text) {
+  auto c = parseConfig(text, "t.yaml");
+  EXPECT_FALSE(c.ok()) << "accepted:\n" << text;
+  return c.ok() ? "" : std::string(c.status().message());
+}
+
+TEST(TrainerConfig, EmptyAndAbsentSectionMeanOff) {
+  EXPECT_EQ(parseOk("").activation_checkpoint.mode, Mode::kOff);
+  const TrainConfig c = parseOk("train: {steps: 2}\n");
+  EXPECT_EQ(c.activation_checkpoint.mode, Mode::kOff);
+  EXPECT_TRUE(c.activation_checkpoint.allOff());
+  EXPECT_EQ(c.activation_swap, ActivationSwap::kNone);
+  EXPECT_EQ(c.train.steps, 2);
+  EXPECT_EQ(c.model.preset, "qwen3_moe_tiny");
+}
+
+TEST(TrainerConfig, BareOffIsTheStringOff) {
+  // YAML 1.1 readers turn a bare `off` into false; here it must mean mode off.
+  EXPECT_EQ(parseOk("activation_checkpoint:\n  mode: off\n").activation_checkpoint.mode, Mode::kOff);
+  EXPECT_EQ(parseOk("activation_checkpoint:\n  mode: \"off\"\n").activation_checkpoint.mode, Mode::kOff);
+  EXPECT_EQ(parseOk("activation_checkpoint: {mode: full}\n").activation_checkpoint.mode, Mode::kFull);
+  EXPECT_EQ(parseOk("activation_checkpoint: {mode: selective}\n").activation_checkpoint.mode, Mode::kSelective);
+}
+
+TEST(TrainerConfig, ExampleFileParses) {
+  auto c = loadConfig(HPAC_SOURCE_DIR "/examples/training_demo/train.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->model.preset, "qwen3_moe_tiny");
+  EXPECT_EQ(c->activation_checkpoint.mode, Mode::kSelective);
+}
+
+TEST(TrainerConfig, MissingFileIsNamed) {
+  auto c = loadConfig("/nonexistent/train.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("/nonexistent/train.yaml"), std::string::npos);
+}
+
+TEST(TrainerConfig, BadModeNamesFileLineColumnValueAndAllowed) {
+  const std::string e = parseError("train: {steps: 1}\nactivation_checkpoint:\n  mode: fast\n");
+  EXPECT_NE(e.find("t.yaml:3:9"), std::string::npos) << e;
+  EXPECT_NE(e.find("activation_checkpoint.mode"), std::string::npos) << e;
+  EXPECT_NE(e.find("'fast'"), std::string::npos) << e;
+  EXPECT_NE(e.find("allowed: off, full, selective"), std::string::npos) << e;
+}
+
+TEST(TrainerConfig, ModeRejectsOtherSpellingsAndTypes) {
+  for (const char* v : {"false", "no", "0", "Off", "FULL", "''"}) {
+    const std::string e = parseError(std::string("activation_checkpoint:\n  mode: ") + v + "\n");
+    EXPECT_NE(e.find("allowed: off, full, selective"), std::string::npos) << v << ": " << e;
+  }
+  EXPECT_NE(parseError("activation_checkpoint:\n  mode: [full]\n").find("got a sequence"), std::string::npos);
+  EXPECT_NE(parseError("activation_checkpoint:\n  mode: {a: 1}\n").find("got a map"), std::string::npos);
+  EXPECT_NE(parseError("activation_checkpoint:\n  mode:\n").find("got a null"), std::string::npos);
+  EXPECT_NE(parseError("activation_checkpoint: full\n").find("expected a map"), std::string::npos);
+}
+
+TEST(TrainerConfig, UnknownKeysAreRejectedWithPosition) {
+  std::string e = parseError("activation_checkpoint:\n  mode: full\n  policy: aggressive\n");
+  EXPECT_NE(e.find("t.yaml:3:3"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown key 'policy'"), std::string::npos) << e;
+  EXPECT_NE(e.find("allowed keys: mode, layers"), std::string::npos) << e;
+  e = parseError("trian: {steps: 1}\n");
+  EXPECT_NE(e.find("unknown key 'trian'"), std::string::npos) << e;
+  e = parseError("model: {hidden: 64}\n");
+  EXPECT_NE(e.find("unknown key 'hidden'"), std::string::npos) << e;
+  e = parseError("train: {batch: 4}\n");
+  EXPECT_NE(e.find("unknown key 'batch'"), std::string::npos) << e;
+}
+
+TEST(TrainerConfig, ActivationSwap) {
+  EXPECT_EQ(parseOk("activation_swap: attention\n").activation_swap, ActivationSwap::kAttention);
+  EXPECT_EQ(parseOk("activation_swap: none\n").activation_swap, ActivationSwap::kNone);
+  const std::string e = parseError("activation_swap: mlp\n");
+  EXPECT_NE(e.find("t.yaml:1:18"), std::string::npos) << e;
+  EXPECT_NE(e.find("allowed: none, attention"), std::string::npos) << e;
+}
+
+TEST(TrainerConfig, LayerPlan) {
+  const TrainConfig c = parseOk(
+      "model: {num_layers: 6}\n"
+      "activation_checkpoint:\n  mode: full\n  layers:\n    0: off\n    \"2-3\": selective\n    5: off\n");
+  const auto& ac = c.activation_checkpoint;
+  ASSERT_EQ(ac.layers.size(), 3u);
+  EXPECT_EQ(ac.modeOf(0), Mode::kOff);
+  EXPECT_EQ(ac.modeOf(1), Mode::kFull);
+  EXPECT_EQ(ac.modeOf(2), Mode::kSelective);
+  EXPECT_EQ(ac.modeOf(3), Mode::kSelective);
+  EXPECT_EQ(ac.modeOf(4), Mode::kFull);
+  EXPECT_EQ(ac.modeOf(5), Mode::kOff);
+  // Global off with one layer on is not "all off".
+  EXPECT_FALSE(parseOk("activation_checkpoint:\n  mode: off\n  layers: {1: full}\n").activation_checkpoint.allOff());
+  // A bare 1-2 is the same plain scalar as "1-2".
+  EXPECT_EQ(parseOk("activation_checkpoint:\n  layers: {1-2: full}\n").activation_checkpoint.modeOf(2), Mode::kFull);
+}
+
+TEST(TrainerConfig, LayerPlanRejections) {
+  std::string e = parseError("model: {num_layers: 4}\nactivation_checkpoint:\n  layers:\n    \"0-2\": full\n    2: off\n");
+  EXPECT_NE(e.find("t.yaml:5:5"), std::string::npos) << e;
+  EXPECT_NE(e.find("overlaps the entry at t.yaml:4:5"), std::string::npos) << e;
+  e = parseError("model: {num_layers: 4}\nactivation_checkpoint:\n  layers:\n    4: full\n");
+  EXPECT_NE(e.find("'4' is out of range"), std::string::npos) << e;
+  EXPECT_NE(e.find("0 <= a <= b <= 3"), std::string::npos) << e;
+  e = parseError("model: {num_layers: 4}\nactivation_checkpoint:\n  layers:\n    \"1-7\": full\n");
+  EXPECT_NE(e.find("'1-7' is out of range"), std::string::npos) << e;
+  for (const char* key : {"\"3-1\"", "x", "\"-1\"", "\"1-\"", "\"1-2-3\"", "1.5"}) {
+    e = parseError(std::string("activation_checkpoint:\n  layers:\n    ") + key + ": full\n");
+    EXPECT_NE(e.find("is not valid"), std::string::npos) << key << ": " << e;
+  }
+  e = parseError("activation_checkpoint:\n  layers:\n    1: fast\n");
+  EXPECT_NE(e.find("activation_checkpoint.layers.1: 'fast' is not allowed"), std::string::npos) << e;
+  e = parseError("activation_checkpoint:\n  layers: [1, 2]\n");
+  EXPECT_NE(e.find("expected a map"), std::string::npos) << e;
+}
+
+TEST(TrainerConfig, TrainAndModelValuesAreChecked) {
+  struct Case {
+    const char* text;
+    const char* expect;
+  } cases[] = {
+      {"train: {steps: 0}\n", "'0' is out of range; allowed: integers in [1,"},
+      {"train: {steps: ten}\n", "'ten' is not an integer"},
+      {"train: {seq_len: 1.5}\n", "'1.5' is not an integer"},
+      {"train: {lr: 0}\n", "train.lr: '0' is out of range; allowed: numbers > 0"},
+      {"train: {lr: fast}\n", "'fast' is not a finite number"},
+      {"train: {weight_decay: -0.1}\n", "allowed: numbers >= 0"},
+      {"train: {dtype: fp16}\n", "allowed: float32, bfloat16"},
+      {"train: {compile: yes}\n", "train.compile: 'yes' is not allowed; allowed: true, false"},
+      {"train: {seed: -1}\n", "train.seed: '-1' is out of range"},
+      {"model: {preset: llama}\n", "model.preset: 'llama' is not allowed; allowed: bi_encoder_tiny"},
+      {"model: {num_attention_heads: 4, num_key_value_heads: 3}\n", "must divide num_attention_heads"},
+      {"model: {num_experts: 4, num_experts_per_tok: 5}\n", "num_experts_per_tok: '5' is out of range"},
+      {"model: {head_dim: 7}\n", "must be even"},
+      {"model: {num_layers: 2, num_kv_shared_layers: 2}\n", "num_kv_shared_layers: '2' is out of range"},
+      {"model: [1]\n", "model: expected a map, got a sequence"},
+      {"key: [unclosed\n", "YAML syntax error"},
+  };
+  for (const Case& c : cases) {
+    const std::string e = parseError(c.text);
+    EXPECT_NE(e.find("t.yaml:"), std::string::npos) << c.text << ": " << e;
+    EXPECT_NE(e.find(c.expect), std::string::npos) << c.text << ": " << e;
+  }
+}
+
+TEST(TrainerConfig, PresetsAndOverrides) {
+  const TrainConfig big = parseOk("model: {preset: qwen3_moe_30b_a3b, num_layers: 2}\n");
+  EXPECT_EQ(big.model.hidden_size, 2048);
+  EXPECT_EQ(big.model.num_attention_heads, 32);
+  EXPECT_EQ(big.model.num_key_value_heads, 4);
+  EXPECT_EQ(big.model.head_dim, 128);
+  EXPECT_EQ(big.model.moe_intermediate_size, 768);
+  EXPECT_EQ(big.model.num_experts, 128);
+  EXPECT_EQ(big.model.num_experts_per_tok, 8);
+  EXPECT_EQ(big.model.vocab_size, 151936);
+  EXPECT_EQ(big.model.num_layers, 2);
+  EXPECT_TRUE(big.model.norm_topk_prob);
+  EXPECT_DOUBLE_EQ(big.model.rope_theta, 1e6);
+  EXPECT_DOUBLE_EQ(big.model.rms_norm_eps, 1e-6);
+  EXPECT_EQ(modelPresetNames().size(), 8u);
+  EXPECT_FALSE(modelPreset("nope").ok());
+}
+
+}  // namespace
+}  // namespace hpac::trainer

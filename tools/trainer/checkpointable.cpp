@@ -1,0 +1,67 @@
+#include "tools/trainer/checkpointable.h"
+
+#include "policy/selective_policy.h"
+
+#include <ATen/core/grad_mode.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+
+namespace hpac::trainer {
+
+void CheckpointableLayer::setCheckpoint(CheckpointSetting setting) {
+  TORCH_CHECK(setting.layer == Mode::kOff || setting.submodules.empty(), "hpac: layer ", name(),
+              ": whole-layer and submodule checkpointing cannot be combined (checkpoint regions do not nest)");
+  TORCH_CHECK(!setting.reentrant || setting.layer == Mode::kFull, "hpac: layer ", name(),
+              ": the reentrant (native) path is full checkpointing only, got mode ", toString(setting.layer));
+  const auto children = named_children();
+  for (const auto& [child, mode] : setting.submodules) {
+    TORCH_CHECK(children.contains(child), "hpac: layer ", name(), " has no submodule '", child,
+                "' to checkpoint");
+    TORCH_CHECK(mode != Mode::kOff, "hpac: layer ", name(), ": submodule '", child, "' listed with mode off");
+  }
+  setting_ = std::move(setting);
+}
+
+LayerStats CheckpointableLayer::takeStats() {
+  LayerStats out;
+  // A stats_out slot is filled when the invocation's graph is released, at
+  // which point the checkpoint dropped its reference to it.
+  auto done = [](const std::shared_ptr<InvocationStats>& s) { return s.use_count() == 1; };
+  for (const auto& s : pending_) {
+    if (!done(s)) continue;
+    out.totals += *s;
+    ++out.invocations;
+  }
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), done), pending_.end());
+  return out;
+}
+
+CheckpointOptions CheckpointableLayer::options(Mode mode, bool reentrant) {
+  CheckpointOptions options;
+  if (mode == Mode::kSelective) options.policy = selectivePolicy();
+  if (reentrant) {
+    options.use_reentrant = true;
+    for (const at::Tensor& p : parameters()) {
+      if (p.requires_grad()) options.parameters.push_back(p);
+    }
+  }
+  options.stats_out = pending_.emplace_back(std::make_shared<InvocationStats>());
+  return options;
+}
+
+std::vector<at::Tensor> CheckpointableLayer::runLayer(const std::vector<at::Tensor>& inputs,
+                                                      const CheckpointFn& body) {
+  // Evaluation or no-grad: nothing to checkpoint (and no invocation to count).
+  if (setting_.layer == Mode::kOff || !is_training() || !at::GradMode::is_enabled()) return body(inputs);
+  return checkpoint(body, inputs, options(setting_.layer, setting_.reentrant));
+}
+
+at::Tensor CheckpointableLayer::callSubmodule(const std::string& name, const at::Tensor& input,
+                                              const std::function<at::Tensor(const at::Tensor&)>& fn) {
+  auto it = setting_.submodules.find(name);
+  if (it == setting_.submodules.end() || !is_training() || !at::GradMode::is_enabled()) return fn(input);
+  return checkpoint(fn, input, options(it->second, /*reentrant=*/false));
+}
+
+}  // namespace hpac::trainer

@@ -1,0 +1,274 @@
+#include "tools/trainer/config.h"
+
+#include "tools/trainer/yaml_reader.h"
+
+#include "absl/strings/str_cat.h"
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <map>
+
+namespace hpac::trainer {
+namespace {
+
+constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+
+#define HPAC_ASSIGN_OR_RETURN(lhs, expr) \
+  {                                      \
+    auto status_or = (expr);             \
+    if (!status_or.ok()) return status_or.status(); \
+    lhs = *std::move(status_or);         \
+  }
+
+std::map<std::string, ModelSpec> presets() {
+  std::map<std::string, ModelSpec> p;
+  ModelSpec tiny;  // the defaults
+  p["qwen3_moe_tiny"] = tiny;
+
+  ModelSpec big;  // Qwen3-30B-A3B (../shared/DESIGN.md)
+  big.preset = "qwen3_moe_30b_a3b";
+  big.num_layers = 48;
+  big.hidden_size = 2048;
+  big.num_attention_heads = 32;
+  big.num_key_value_heads = 4;
+  big.head_dim = 128;
+  big.intermediate_size = 6144;
+  big.moe_intermediate_size = 768;
+  big.num_experts = 128;
+  big.num_experts_per_tok = 8;
+  big.vocab_size = 151936;
+  big.norm_topk_prob = true;
+  big.rope_theta = 1.0e6;
+  big.rms_norm_eps = 1.0e-6;
+  p["qwen3_moe_30b_a3b"] = big;
+
+  for (const char* name : {"gpt2_tiny", "pipeline_stage_tiny", "llava_tiny", "gemma3n_kv_tiny", "bi_encoder_tiny",
+                           "custom_blocks_tiny"}) {
+    ModelSpec s = tiny;
+    s.preset = name;
+    s.num_layers = 2;
+    p[name] = s;
+  }
+  p["pipeline_stage_tiny"].num_layers = 4;  // the stage holds layers 2 and 3
+  p["gemma3n_kv_tiny"].num_layers = 4;
+  p["gemma3n_kv_tiny"].num_kv_shared_layers = 2;
+  p["custom_blocks_tiny"].num_layers = 3;
+  return p;
+}
+
+class ConfigParser {
+ public:
+  explicit ConfigParser(const std::string& file) : r_(file) {}
+
+  absl::StatusOr<TrainConfig> parse(const YAML::Node& root) {
+    TrainConfig config;
+    config.file = r_.file();
+    if (root.IsNull()) return config;  // empty file: every default
+    if (auto s = r_.checkMap(root, "<top level>", {"model", "train", "activation_checkpoint", "activation_swap"});
+        !s.ok()) {
+      return s;
+    }
+    if (root["model"]) {
+      if (auto s = parseModel(root["model"], config.model); !s.ok()) return s;
+    }
+    if (root["train"]) {
+      if (auto s = parseTrain(root["train"], config.train); !s.ok()) return s;
+    }
+    if (root["activation_checkpoint"]) {
+      if (auto s = parseCheckpoint(root["activation_checkpoint"], config.model, config.activation_checkpoint);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (root["activation_swap"]) {
+      std::string swap;
+      HPAC_ASSIGN_OR_RETURN(swap, r_.oneOf(root["activation_swap"], "activation_swap", {"none", "attention"}));
+      config.activation_swap = swap == "attention" ? ActivationSwap::kAttention : ActivationSwap::kNone;
+    }
+    return config;
+  }
+
+ private:
+  absl::Status parseModel(const YAML::Node& node, ModelSpec& m) {
+    const std::vector<std::string> keys = {
+        "preset", "num_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+        "intermediate_size", "moe_intermediate_size", "num_experts", "num_experts_per_tok", "vocab_size",
+        "num_kv_shared_layers", "norm_topk_prob", "rope_theta", "rms_norm_eps"};
+    if (auto s = r_.checkMap(node, "model", keys); !s.ok()) return s;
+    if (node["preset"]) {
+      std::string name;
+      HPAC_ASSIGN_OR_RETURN(name, r_.oneOf(node["preset"], "model.preset", modelPresetNames()));
+      m = presets().at(name);
+    }
+    const std::map<std::string, int64_t*> ints = {
+        {"num_layers", &m.num_layers},
+        {"hidden_size", &m.hidden_size},
+        {"num_attention_heads", &m.num_attention_heads},
+        {"num_key_value_heads", &m.num_key_value_heads},
+        {"head_dim", &m.head_dim},
+        {"intermediate_size", &m.intermediate_size},
+        {"moe_intermediate_size", &m.moe_intermediate_size},
+        {"num_experts", &m.num_experts},
+        {"num_experts_per_tok", &m.num_experts_per_tok},
+        {"vocab_size", &m.vocab_size}};
+    for (const auto& [key, field] : ints) {
+      if (node[key]) HPAC_ASSIGN_OR_RETURN(*field, r_.integer(node[key], "model." + key, 1, kMaxInt));
+    }
+    if (node["num_kv_shared_layers"]) {
+      HPAC_ASSIGN_OR_RETURN(m.num_kv_shared_layers,
+                            r_.integer(node["num_kv_shared_layers"], "model.num_kv_shared_layers", 0, kMaxInt));
+    }
+    if (node["norm_topk_prob"]) HPAC_ASSIGN_OR_RETURN(m.norm_topk_prob, r_.boolean(node["norm_topk_prob"], "model.norm_topk_prob"));
+    if (node["rope_theta"]) HPAC_ASSIGN_OR_RETURN(m.rope_theta, r_.number(node["rope_theta"], "model.rope_theta", 0.0));
+    if (node["rms_norm_eps"]) HPAC_ASSIGN_OR_RETURN(m.rms_norm_eps, r_.number(node["rms_norm_eps"], "model.rms_norm_eps", 0.0));
+
+    // Cross-field checks, reported at the key that breaks them.
+    auto at = [&](const char* key) { return node[key] ? node[key] : node; };
+    if (m.num_attention_heads % m.num_key_value_heads != 0) {
+      return r_.error(at("num_key_value_heads"), "model.num_key_value_heads",
+                      absl::StrCat("'", m.num_key_value_heads, "' must divide num_attention_heads (",
+                                   m.num_attention_heads, ")"));
+    }
+    if (m.num_experts_per_tok > m.num_experts) {
+      return r_.error(at("num_experts_per_tok"), "model.num_experts_per_tok",
+                      absl::StrCat("'", m.num_experts_per_tok, "' is out of range; allowed: 1..num_experts (",
+                                   m.num_experts, ")"));
+    }
+    if (m.head_dim % 2 != 0) {
+      return r_.error(at("head_dim"), "model.head_dim", absl::StrCat("'", m.head_dim, "' must be even (RoPE)"));
+    }
+    if (m.num_kv_shared_layers >= m.num_layers) {
+      return r_.error(at("num_kv_shared_layers"), "model.num_kv_shared_layers",
+                      absl::StrCat("'", m.num_kv_shared_layers, "' is out of range; allowed: 0..", m.num_layers - 1,
+                                   " (fewer than num_layers)"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status parseTrain(const YAML::Node& node, TrainSpec& t) {
+    if (auto s = r_.checkMap(node, "train",
+                             {"seq_len", "micro_batch", "steps", "lr", "weight_decay", "seed", "dtype", "compile"});
+        !s.ok()) {
+      return s;
+    }
+    if (node["seq_len"]) HPAC_ASSIGN_OR_RETURN(t.seq_len, r_.integer(node["seq_len"], "train.seq_len", 2, 1 << 20));
+    if (node["micro_batch"]) HPAC_ASSIGN_OR_RETURN(t.micro_batch, r_.integer(node["micro_batch"], "train.micro_batch", 1, 1 << 16));
+    if (node["steps"]) HPAC_ASSIGN_OR_RETURN(t.steps, r_.integer(node["steps"], "train.steps", 1, 1 << 24));
+    if (node["lr"]) HPAC_ASSIGN_OR_RETURN(t.lr, r_.number(node["lr"], "train.lr", 0.0));
+    if (node["weight_decay"]) HPAC_ASSIGN_OR_RETURN(t.weight_decay, r_.number(node["weight_decay"], "train.weight_decay", 0.0, true));
+    if (node["seed"]) HPAC_ASSIGN_OR_RETURN(t.seed, r_.integer(node["seed"], "train.seed", 0, std::numeric_limits<int64_t>::max()));
+    if (node["dtype"]) HPAC_ASSIGN_OR_RETURN(t.dtype, r_.oneOf(node["dtype"], "train.dtype", {"float32", "bfloat16"}));
+    if (node["compile"]) HPAC_ASSIGN_OR_RETURN(t.compile, r_.boolean(node["compile"], "train.compile"));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Mode> mode(const YAML::Node& node, const std::string& key) {
+    std::string text;
+    HPAC_ASSIGN_OR_RETURN(text, r_.oneOf(node, key, {"off", "full", "selective"}));
+    return parseMode(text);
+  }
+
+  absl::Status parseCheckpoint(const YAML::Node& node, const ModelSpec& model, ActivationCheckpointSpec& ac) {
+    if (auto s = r_.checkMap(node, "activation_checkpoint", {"mode", "layers"}); !s.ok()) return s;
+    if (node["mode"]) HPAC_ASSIGN_OR_RETURN(ac.mode, mode(node["mode"], "activation_checkpoint.mode"));
+    if (!node["layers"]) return absl::OkStatus();
+    const YAML::Node layers = node["layers"];
+    if (!layers.IsMap()) {
+      return r_.error(layers, "activation_checkpoint.layers",
+                      "expected a map of layer index or \"a-b\" range to off | full | selective");
+    }
+    for (auto it = layers.begin(); it != layers.end(); ++it) {
+      const YAML::Node key = it->first;
+      const YAML::Node value = it->second;
+      LayerRange range;
+      range.where = r_.where(key);
+      if (auto s = parseRange(key, model.num_layers, range); !s.ok()) return s;
+      HPAC_ASSIGN_OR_RETURN(range.mode, mode(value, absl::StrCat("activation_checkpoint.layers.", key.Scalar())));
+      for (const LayerRange& other : ac.layers) {
+        if (range.first <= other.last && other.first <= range.last) {
+          return r_.error(key, "activation_checkpoint.layers",
+                          absl::StrCat("'", key.Scalar(), "' overlaps the entry at ", other.where, " (layers ",
+                                       other.first, "-", other.last, "); each layer may appear once"));
+        }
+      }
+      ac.layers.push_back(range);
+    }
+    std::sort(ac.layers.begin(), ac.layers.end(),
+              [](const LayerRange& a, const LayerRange& b) { return a.first < b.first; });
+    return absl::OkStatus();
+  }
+
+  absl::Status parseRange(const YAML::Node& key, int64_t num_layers, LayerRange& range) {
+    const std::string allowed =
+        absl::StrCat("allowed: a layer index or an inclusive range \"a-b\" with 0 <= a <= b <= ", num_layers - 1,
+                     " (model.num_layers = ", num_layers, ")");
+    if (!key.IsScalar()) return r_.error(key, "activation_checkpoint.layers", "expected an index or range; " + allowed);
+    const std::string& text = key.Scalar();
+    auto number = [](const std::string& s, int64_t& out) {
+      if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+      out = std::stoll(s);
+      return true;
+    };
+    const size_t dash = text.find('-');
+    bool ok = dash == std::string::npos ? number(text, range.first)
+                                        : number(text.substr(0, dash), range.first) &&
+                                              number(text.substr(dash + 1), range.last);
+    if (dash == std::string::npos) range.last = range.first;
+    if (!ok || range.first > range.last) {
+      return r_.error(key, "activation_checkpoint.layers", absl::StrCat("'", text, "' is not valid; ", allowed));
+    }
+    if (range.last >= num_layers) {
+      return r_.error(key, "activation_checkpoint.layers", absl::StrCat("'", text, "' is out of range; ", allowed));
+    }
+    return absl::OkStatus();
+  }
+
+  YamlReader r_;
+};
+
+}  // namespace
+
+std::vector<std::string> modelPresetNames() {
+  std::vector<std::string> names;
+  for (const auto& [name, spec] : presets()) names.push_back(name);
+  return names;
+}
+
+absl::StatusOr<ModelSpec> modelPreset(const std::string& name) {
+  const auto all = presets();
+  auto it = all.find(name);
+  if (it == all.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model preset '", name, "' is not known; allowed: ", joinNames(modelPresetNames())));
+  }
+  return it->second;
+}
+
+Mode ActivationCheckpointSpec::modeOf(int64_t index) const {
+  for (const LayerRange& r : layers) {
+    if (index >= r.first && index <= r.last) return r.mode;
+  }
+  return mode;
+}
+
+bool ActivationCheckpointSpec::allOff() const {
+  if (mode != Mode::kOff) return false;
+  return std::all_of(layers.begin(), layers.end(), [](const LayerRange& r) { return r.mode == Mode::kOff; });
+}
+
+const char* toString(ActivationSwap swap) { return swap == ActivationSwap::kAttention ? "attention" : "none"; }
+
+absl::StatusOr<TrainConfig> loadConfig(const std::string& path) {
+  auto root = loadYamlFile(path);
+  if (!root.ok()) return root.status();
+  return ConfigParser(path).parse(*root);
+}
+
+absl::StatusOr<TrainConfig> parseConfig(const std::string& text, const std::string& file) {
+  auto root = loadYamlString(text, file);
+  if (!root.ok()) return root.status();
+  return ConfigParser(file).parse(*root);
+}
+
+}  // namespace hpac::trainer

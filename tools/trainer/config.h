@@ -1,0 +1,109 @@
+// hpac/tools/trainer/config.h
+//
+// TrainConfig: the trainer's YAML configuration (examples/training_demo/train.yaml),
+// parsed strictly. Every section is optional and has defaults; absent
+// `activation_checkpoint` means mode off. Unknown keys, wrong types and bad
+// values are rejected with file, line, column, the bad value and the allowed
+// values (see yaml_reader.h).
+//
+//   model:                       # the model zoo preset and its sizes
+//     preset: qwen3_moe_tiny     # see modelPresetNames()
+//     num_layers: 4              # any size key overrides the preset's value
+//   train:
+//     seq_len: 64
+//     micro_batch: 2
+//     steps: 6
+//     lr: 1.0e-3
+//     weight_decay: 0.0
+//     seed: 1234
+//     dtype: float32             # float32 | bfloat16
+//     compile: false             # routing only: libtorch has no compiler
+//   activation_checkpoint:
+//     mode: selective            # off | full | selective   (`off` is the string off)
+//     layers:                    # optional per-layer plan over the language tower
+//       0: off
+//       "2-3": full              # inclusive range
+//   activation_swap: none        # none | attention
+#pragma once
+
+#include "tools/evidence.h"  // hpac::Mode, toString, parseMode
+
+#include "absl/status/statusor.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hpac::trainer {
+
+// ModelSpec: which zoo model and its sizes. Keys follow the Hugging Face config names.
+struct ModelSpec {
+  std::string preset = "qwen3_moe_tiny";
+  int64_t num_layers = 4;
+  int64_t hidden_size = 64;
+  int64_t num_attention_heads = 4;
+  int64_t num_key_value_heads = 2;
+  int64_t head_dim = 16;
+  int64_t intermediate_size = 128;      // dense MLPs (GPT-2-like, vision tower, ...)
+  int64_t moe_intermediate_size = 32;   // each expert of the Qwen3-MoE block
+  int64_t num_experts = 8;
+  int64_t num_experts_per_tok = 2;
+  int64_t vocab_size = 256;
+  int64_t num_kv_shared_layers = 0;     // KV-sharing zoo model only
+  bool norm_topk_prob = true;
+  double rope_theta = 1.0e6;
+  double rms_norm_eps = 1.0e-6;
+};
+
+// The presets: qwen3_moe_tiny (CPU size), qwen3_moe_30b_a3b (the real
+// Qwen3-30B-A3B layer shapes; set num_layers to use fewer than 48), and one
+// tiny preset per other zoo model (gpt2_tiny, pipeline_stage_tiny, llava_tiny,
+// gemma3n_kv_tiny, bi_encoder_tiny, custom_blocks_tiny).
+std::vector<std::string> modelPresetNames();
+// The spec of a preset (InvalidArgument naming the allowed presets otherwise).
+absl::StatusOr<ModelSpec> modelPreset(const std::string& name);
+
+struct TrainSpec {
+  int64_t seq_len = 64;
+  int64_t micro_batch = 2;
+  int64_t steps = 6;
+  double lr = 1.0e-3;
+  double weight_decay = 0.0;
+  int64_t seed = 1234;
+  std::string dtype = "float32";  // float32 | bfloat16
+  bool compile = false;
+};
+
+// One entry of activation_checkpoint.layers: layers [first, last] use `mode`.
+struct LayerRange {
+  int64_t first = 0;
+  int64_t last = 0;
+  Mode mode = Mode::kOff;
+  std::string where;  // "file:line:col" of the key, for later errors
+};
+
+struct ActivationCheckpointSpec {
+  Mode mode = Mode::kOff;
+  std::vector<LayerRange> layers;  // sorted by first, non-overlapping
+  // The mode of language-tower layer `index` (the plan entry covering it, else `mode`).
+  Mode modeOf(int64_t index) const;
+  // True when no layer can be checkpointed (mode off and every plan entry off).
+  bool allOff() const;
+};
+
+enum class ActivationSwap { kNone, kAttention };
+const char* toString(ActivationSwap swap);
+
+struct TrainConfig {
+  std::string file = "<defaults>";
+  ModelSpec model;
+  TrainSpec train;
+  ActivationCheckpointSpec activation_checkpoint;
+  ActivationSwap activation_swap = ActivationSwap::kNone;
+};
+
+// Reads and validates a config file / text (`file` names it in errors).
+absl::StatusOr<TrainConfig> loadConfig(const std::string& path);
+absl::StatusOr<TrainConfig> parseConfig(const std::string& text, const std::string& file = "<string>");
+
+}  // namespace hpac::trainer

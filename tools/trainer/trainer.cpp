@@ -1,0 +1,197 @@
+#include "tools/trainer/trainer.h"
+
+#include "tools/tracking_allocator.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+
+namespace hpac::trainer {
+namespace {
+
+double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string routeOf(const Preparation& p, Mode mode) {
+  if (!p.touched) return "-";
+  if (mode == Mode::kSelective) return p.kv_sharing ? "selective->submodules (KV sharing)" : "selective: whole layers";
+  if (p.full_route) return absl::StrCat("full: ", toString(*p.full_route));
+  return "-";
+}
+
+}  // namespace
+
+at::Tensor tokenBatch(const TrainConfig& config, int64_t step) {
+  const int64_t b = config.train.micro_batch, s = config.train.seq_len, v = config.model.vocab_size;
+  at::Generator gen = at::detail::createCPUGenerator(static_cast<uint64_t>(config.train.seed) * 7919u +
+                                                     static_cast<uint64_t>(step) + 1);
+  const at::Tensor start = at::randint(v, {b, 1}, gen, at::kLong);
+  const at::Tensor stride = at::randint(1, std::max<int64_t>(2, std::min<int64_t>(v, 8)), {b, 1}, gen, at::kLong);
+  return (start + stride * at::arange(s, at::kLong).unsqueeze(0)).remainder(v);
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, const ModelRegistry& registry,
+                                                         const LogFn& log) {
+  TrackingAllocator::install();
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->config_ = config;
+  try {
+    t->model_ = makeZooModel(config.model, static_cast<uint64_t>(config.train.seed));
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(e.what_without_backtrace());
+  }
+  if (config.train.dtype == "bfloat16") t->model_->to(at::kBFloat16);
+  t->model_->train();
+  auto prep = prepareModel(*t->model_, config, registry, log);
+  if (!prep.ok()) return prep.status();
+  t->preparation_ = *std::move(prep);
+  // Gradients allocated once up front, so every step (and every mode) starts
+  // from the same resident set and peak bytes measure the step's own tensors.
+  for (at::Tensor& p : t->model_->parameters()) p.mutable_grad() = at::zeros_like(p);
+  t->optimizer_ = std::make_unique<torch::optim::AdamW>(
+      t->model_->parameters(),
+      torch::optim::AdamWOptions(config.train.lr).weight_decay(config.train.weight_decay));
+  return t;
+}
+
+StepResult Trainer::step(int64_t index, bool keep_grads) {
+  TrackingAllocator& tracker = TrackingAllocator::install();
+  StepResult r;
+  r.step = index;
+  const at::Tensor tokens = tokenBatch(config_, index);
+  for (at::Tensor& p : model_->parameters()) {
+    if (p.grad().defined()) p.mutable_grad().zero_();
+  }
+  at::manual_seed(static_cast<uint64_t>(config_.train.seed) + static_cast<uint64_t>(index));
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t before = tracker.currentBytes();
+  tracker.resetPeak();
+  {
+    at::Tensor loss = model_->loss(tokens);
+    r.loss = loss.item<double>();
+    loss.backward();
+  }
+  r.peak_bytes = tracker.peakBytes() - before;
+  if (keep_grads) {
+    const at::Tensor& embeds = model_->lastInputEmbeds();
+    r.grads.push_back(embeds.defined() && embeds.grad().defined() ? embeds.grad().clone() : at::Tensor());
+    for (const at::Tensor& p : model_->parameters()) {
+      r.grads.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+    }
+  }
+  optimizer_->step();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.layer_stats = takeLayerStats(preparation_);
+  for (const LayerStats& s : r.layer_stats) {
+    r.stats.invocations += s.invocations;
+    r.stats.totals += s.totals;
+  }
+  return r;
+}
+
+std::string formatStepLine(const StepResult& r, int64_t steps, Mode mode) {
+  return absl::StrFormat("step %d/%d [%-9s] loss %.6f  step %7.1f ms  peak %8.3f MiB  recomputed %6d  served %5d",
+                         r.step + 1, steps, toString(mode), r.loss, r.seconds * 1e3, mib(r.peak_bytes),
+                         r.stats.totals.recomputed, r.stats.totals.served);
+}
+
+std::string environmentLine() {
+  std::string blas = "unknown";
+  std::error_code ec;
+  const auto target =
+      std::filesystem::canonical("/usr/lib/x86_64-linux-gnu/libblas.so.3", ec);
+  if (!ec) blas = target.string().find("openblas") != std::string::npos ? "OpenBLAS" : target.filename().string();
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  return absl::StrCat("BLAS ", blas, " (", target.string(), "), ", at::get_num_threads(), " threads, malloc ",
+                      tunables != nullptr ? absl::StrCat("GLIBC_TUNABLES=", tunables) : "glibc defaults");
+}
+
+absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelRegistry& registry, std::ostream& out,
+                                         const LogFn& log) {
+  const Mode modes[] = {Mode::kOff, Mode::kFull, Mode::kSelective};
+  std::vector<std::unique_ptr<Trainer>> trainers;
+  CompareResult result;
+  for (Mode mode : modes) {
+    TrainConfig c = config;
+    c.activation_checkpoint.mode = mode;
+    c.activation_checkpoint.layers.clear();
+    if (log) log(LogLevel::kInfo, absl::StrCat("preparing the ", toString(mode), " model"));
+    auto t = Trainer::create(c, registry, log);
+    if (!t.ok()) return t.status();
+    CompareRow row;
+    row.mode = mode;
+    row.layers_wrapped = (*t)->preparation().layers_wrapped;
+    row.submodules_wrapped = (*t)->preparation().submodules_wrapped;
+    row.route = routeOf((*t)->preparation(), mode);
+    result.rows.push_back(row);
+    trainers.push_back(*std::move(t));
+  }
+  result.bitwise = true;
+  const int64_t steps = config.train.steps;
+  for (int64_t s = 0; s < steps; ++s) {
+    // Rotate the order each step so no mode always runs first (caches, allocator state).
+    std::vector<StepResult> now(3);
+    for (int k = 0; k < 3; ++k) {
+      const int m = static_cast<int>((s + k) % 3);
+      now[m] = trainers[m]->step(s, /*keep_grads=*/true);
+    }
+    for (int m = 0; m < 3; ++m) {
+      CompareRow& row = result.rows[m];
+      const double dl = std::abs(now[m].loss - now[0].loss);
+      const double dg = maxAbsDiff(now[m].grads, now[0].grads);
+      row.max_loss_diff = std::max(row.max_loss_diff, dl);
+      row.max_grad_diff = std::max(row.max_grad_diff, dg);
+      if (dl != 0 || dg != 0) result.bitwise = false;
+      out << formatStepLine(now[m], steps, modes[m]) << "\n";
+    }
+    for (int m = 0; m < 3; ++m) {
+      now[m].grads.clear();
+      result.rows[m].steps.push_back(std::move(now[m]));
+    }
+  }
+  for (CompareRow& row : result.rows) {
+    std::vector<double> seconds;
+    for (const StepResult& r : row.steps) {
+      seconds.push_back(r.seconds);
+      row.peak_bytes = std::max(row.peak_bytes, r.peak_bytes);
+    }
+    row.median_seconds = median(seconds);
+  }
+  return result;
+}
+
+std::string formatCompareTable(const CompareResult& result) {
+  const CompareRow& off = result.rows.front();
+  std::string t = absl::StrFormat("%-10s %11s %8s %11s %9s %12s %12s  %-34s %8s %13s %10s\n", "mode", "peak_mem",
+                                  "saving", "step_time", "slowdown", "max|dloss|", "max|dgrad|", "route",
+                                  "wrapped", "recomputed/st", "served/st");
+  for (const CompareRow& row : result.rows) {
+    const StepResult& last = row.steps.back();
+    const double saving = off.peak_bytes > 0 ? 100.0 * (1.0 - static_cast<double>(row.peak_bytes) / off.peak_bytes) : 0;
+    const double slowdown = off.median_seconds > 0 ? 100.0 * (row.median_seconds / off.median_seconds - 1.0) : 0;
+    absl::StrAppendFormat(&t, "%-10s %7.3f MiB %7.1f%% %8.1f ms %+8.1f%% %12.3g %12.3g  %-34s %8s %13d %10d\n",
+                          toString(row.mode), mib(row.peak_bytes), saving, row.median_seconds * 1e3, slowdown,
+                          row.max_loss_diff, row.max_grad_diff, row.route,
+                          absl::StrCat(row.layers_wrapped, "L+", row.submodules_wrapped, "S"),
+                          last.stats.totals.recomputed, last.stats.totals.served);
+  }
+  return t;
+}
+
+}  // namespace hpac::trainer

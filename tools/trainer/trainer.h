@@ -1,0 +1,89 @@
+// hpac/tools/trainer/trainer.h
+//
+// The training loop behind hpac-train: builds the zoo model from the config's
+// seed, prepares it (routing.h), and runs AdamW steps on a deterministic token
+// stream, measuring loss, step time, peak tensor bytes (TrackingAllocator) and
+// hpac's recompute evidence per step. runCompare() trains off, full and
+// selective from the same seed, interleaved step by step in one process, and
+// compares every step's loss and gradients with off.
+#pragma once
+
+#include "tools/trainer/config.h"
+#include "tools/trainer/registry.h"
+#include "tools/trainer/routing.h"
+#include "tools/trainer/zoo_common.h"
+
+#include "absl/status/statusor.h"
+
+#include <torch/optim/adamw.h>
+
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace hpac::trainer {
+
+// Token ids [micro_batch, seq_len] for `step`: each row an arithmetic sequence
+// modulo the vocabulary with a random start and stride, drawn from a generator
+// seeded by (seed, step). Learnable, deterministic, the same for every mode.
+at::Tensor tokenBatch(const TrainConfig& config, int64_t step);
+
+struct StepResult {
+  int64_t step = 0;
+  double loss = 0;
+  double seconds = 0;      // forward + backward + optimizer step
+  int64_t peak_bytes = 0;  // peak tensor bytes above the step's start, during forward + backward
+  LayerStats stats;        // summed over the step's checkpoint invocations
+  std::vector<LayerStats> layer_stats;  // per prepared layer
+  std::vector<at::Tensor> grads;        // keep_grads: input-embedding grad, then every parameter's grad
+};
+
+class Trainer {
+ public:
+  // Builds, initialises (seed) and prepares the model; installs the TrackingAllocator.
+  static absl::StatusOr<std::unique_ptr<Trainer>> create(const TrainConfig& config, const ModelRegistry& registry,
+                                                         const LogFn& log = logToStderr);
+  StepResult step(int64_t index, bool keep_grads = false);
+
+  ZooModel& model() { return *model_; }
+  std::shared_ptr<ZooModel> modelPtr() { return model_; }
+  torch::optim::AdamW& optimizer() { return *optimizer_; }
+  const Preparation& preparation() const { return preparation_; }
+  const TrainConfig& config() const { return config_; }
+
+ private:
+  Trainer() = default;
+  TrainConfig config_;
+  std::shared_ptr<ZooModel> model_;
+  Preparation preparation_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+};
+
+struct CompareRow {
+  Mode mode = Mode::kOff;
+  std::vector<StepResult> steps;
+  int64_t peak_bytes = 0;       // max over steps
+  double median_seconds = 0;
+  double max_loss_diff = 0;     // vs off, over steps
+  double max_grad_diff = 0;     // vs off, over steps (input and parameter gradients)
+  int64_t layers_wrapped = 0, submodules_wrapped = 0;
+  std::string route;            // "-", "selective (whole layers)", "full: native", ...
+};
+
+struct CompareResult {
+  std::vector<CompareRow> rows;  // off, full, selective
+  bool bitwise = false;          // every loss and gradient equal to off bit for bit
+};
+
+// Trains off, full and selective (the config's per-layer plan is dropped) for
+// config.train.steps steps, printing one progress line per step and mode to `out`.
+absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelRegistry& registry, std::ostream& out,
+                                         const LogFn& log = logToStderr);
+std::string formatCompareTable(const CompareResult& result);
+// "step 3/6 [selective] loss 5.43210 step 12.3 ms peak 1.23 MiB recomputed 420 served 36"
+std::string formatStepLine(const StepResult& r, int64_t steps, Mode mode);
+// What this process runs on: BLAS, threads, malloc tunables.
+std::string environmentLine();
+
+}  // namespace hpac::trainer
