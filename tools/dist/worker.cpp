@@ -1,0 +1,297 @@
+// hpac-dist-worker: one rank of a tensor- and data-parallel Qwen3-style block
+// (attention with heads split across TP ranks, SwiGLU MLP split by its
+// intermediate size; row-parallel outputs all-reduced through c10d::allreduce_;
+// gradients all-reduced over DP ranks), trained for a few steps under off,
+// full and selective checkpointing. Every rank also computes the unsharded
+// model on the whole batch locally — the 1-rank run — and compares loss and
+// gradients. Process-group calls are counted per phase: inside a forward
+// region, inside a recompute region, elsewhere.
+//
+//   hpac-launch --nproc 2 -- hpac-dist-worker --tp 2 --dp 1
+//
+// Flags: --tp N --dp N (tp*dp = world size), --steps N, --mode off|full|selective|all,
+// --mode-rank1 M (rank 1 runs mode M: the consistency check must fail),
+// --die-rank R (rank R exits abruptly before its first collective), --profile (record_function
+// ranges around each sublayer, in forward only, to show that profiler ops do not shift replay).
+#include "policy/selective_policy.h"
+#include "replay/checkpoint.h"
+#include "replay/region.h"
+#include "tools/dist/dist.h"
+#include "tools/evidence.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+namespace {
+
+using hpac::Mode;
+
+struct Calls {
+  std::atomic<int> forward{0}, recompute{0}, other{0};
+  void reset() { forward = recompute = other = 0; }
+};
+
+// Counts allreduce calls by the region active on the calling thread.
+class CountingGloo final : public c10d::ProcessGroupGloo {
+ public:
+  CountingGloo(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+               c10::intrusive_ptr<Options> options, Calls* calls)
+      : ProcessGroupGloo(store, rank, size, std::move(options)), calls_(calls) {}
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override {
+    const hpac::RegionState& region = hpac::currentRegion();
+    if (region.invocation == nullptr) {
+      ++calls_->other;
+    } else if (region.phase == hpac::Phase::kForward) {
+      ++calls_->forward;
+    } else {
+      ++calls_->recompute;
+    }
+    return ProcessGroupGloo::allreduce(tensors, opts);
+  }
+
+ private:
+  Calls* calls_;
+};
+
+struct Flags {
+  int tp = 1, dp = 1, steps = 3, die_rank = -1;
+  std::string mode = "all", mode_rank1;
+  bool profile = false;
+};
+
+int positive(const std::string& flag, const char* v) {
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  TORCH_CHECK(end != v && *end == '\0' && x >= 1 && x <= 4096, "hpac-dist-worker: ", flag,
+              " expects a positive integer, got '", v, "'");
+  return static_cast<int>(x);
+}
+
+Flags parseFlags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--profile") {
+      f.profile = true;
+      continue;
+    }
+    TORCH_CHECK(i + 1 < argc, "hpac-dist-worker: ", a, " needs a value");
+    const char* v = argv[++i];
+    if (a == "--tp") f.tp = positive(a, v);
+    else if (a == "--dp") f.dp = positive(a, v);
+    else if (a == "--steps") f.steps = positive(a, v);
+    else if (a == "--mode") f.mode = v;
+    else if (a == "--mode-rank1") f.mode_rank1 = v;
+    else if (a == "--die-rank") f.die_rank = std::atoi(v);
+    else TORCH_CHECK(false, "hpac-dist-worker: unknown flag '", a, "'");
+  }
+  if (f.mode != "all") hpac::parseMode(f.mode);
+  if (!f.mode_rank1.empty()) hpac::parseMode(f.mode_rank1);
+  return f;
+}
+
+constexpr int64_t kHidden = 32, kHeads = 4, kInter = 64, kSeq = 8, kBatchPerDp = 2;
+
+// Full (unsharded) parameters, identical on every rank.
+struct FullParams {
+  at::Tensor wq, wk, wv, wo, wg, wu, wd;
+  FullParams() {
+    at::manual_seed(1234);
+    auto p = [](int64_t o, int64_t i) { return (at::randn({o, i}) / std::sqrt(static_cast<double>(i))).set_requires_grad(true); };
+    wq = p(kHidden, kHidden), wk = p(kHidden, kHidden), wv = p(kHidden, kHidden), wo = p(kHidden, kHidden);
+    wg = p(kInter, kHidden), wu = p(kInter, kHidden), wd = p(kHidden, kInter);
+  }
+  std::vector<at::Tensor> list() const { return {wq, wk, wv, wo, wg, wu, wd}; }
+};
+
+// This TP rank's shards: rows of q/k/v/gate/up (its heads, its slice of the
+// intermediate size), columns of o/down.
+struct Shard {
+  at::Tensor wq, wk, wv, wo, wg, wu, wd;
+  Shard(const FullParams& f, int tp_rank, int tp) {
+    const int64_t h = kHidden / tp, i = kInter / tp;
+    auto rows = [](const at::Tensor& w, int64_t n, int r) { return w.detach().narrow(0, r * n, n).clone().set_requires_grad(true); };
+    auto cols = [](const at::Tensor& w, int64_t n, int r) { return w.detach().narrow(1, r * n, n).clone().set_requires_grad(true); };
+    wq = rows(f.wq, h, tp_rank), wk = rows(f.wk, h, tp_rank), wv = rows(f.wv, h, tp_rank), wo = cols(f.wo, h, tp_rank);
+    wg = rows(f.wg, i, tp_rank), wu = rows(f.wu, i, tp_rank), wd = cols(f.wd, i, tp_rank);
+  }
+  std::vector<at::Tensor> list() const { return {wq, wk, wv, wo, wg, wu, wd}; }
+};
+
+at::Tensor rmsNorm(const at::Tensor& x) {
+  return x * at::rsqrt(x.pow(2).mean(-1, true) + 1e-6);
+}
+
+void recordFunction(bool enter, c10::IValue* handle, const char* name) {
+  static auto enter_op = c10::Dispatcher::singleton().findSchemaOrThrow("profiler::_record_function_enter_new", "");
+  static auto exit_op = c10::Dispatcher::singleton().findSchemaOrThrow("profiler::_record_function_exit", "_RecordFunction");
+  torch::jit::Stack stack;
+  if (enter) {
+    stack = {c10::IValue(std::string(name)), c10::IValue()};
+    enter_op.callBoxed(&stack);
+    *handle = stack.back();
+  } else {
+    stack = {*handle};
+    exit_op.callBoxed(&stack);
+  }
+}
+
+// The block. `heads` is the number of heads this call computes (all of them
+// unsharded, kHeads/tp when sharded); pg == nullptr means unsharded.
+at::Tensor block(const at::Tensor& x, const std::vector<at::Tensor>& w, int64_t heads,
+                 const c10::intrusive_ptr<c10d::ProcessGroup>& pg, bool profile) {
+  const int64_t b = x.size(0), s = x.size(1), hd = kHidden / kHeads;
+  auto in = [&](const at::Tensor& t) { return pg ? hpac::dist::copyToTensorParallel(t, pg) : t; };
+  auto out = [&](const at::Tensor& t) { return pg ? hpac::dist::reduceFromTensorParallel(t, pg) : t; };
+  c10::IValue range;
+  if (profile) recordFunction(true, &range, "attention");
+  const at::Tensor a_in = in(rmsNorm(x));
+  auto split = [&](const at::Tensor& wt) { return at::linear(a_in, wt).view({b, s, heads, hd}).transpose(1, 2); };
+  const at::Tensor q = split(w[0]), k = split(w[1]), v = split(w[2]);
+  const at::Tensor causal = at::ones({s, s}, x.options().dtype(at::kBool)).triu(1);
+  const at::Tensor probs = at::softmax(at::matmul(q, k.transpose(-2, -1)).div(std::sqrt(double(hd))).masked_fill(causal, -INFINITY), -1);
+  const at::Tensor ctx = at::matmul(probs, v).transpose(1, 2).reshape({b, s, heads * hd});
+  const at::Tensor h1 = x + out(at::linear(ctx, w[3]));
+  if (profile) recordFunction(false, &range, "attention");
+  const at::Tensor m_in = in(rmsNorm(h1));
+  return h1 + out(at::linear(at::silu(at::linear(m_in, w[4])) * at::linear(m_in, w[5]), w[6]));
+}
+
+double maxDiff(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).abs().max().item<double>();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Flags flags = parseFlags(argc, argv);
+  const hpac::dist::DistEnv env = hpac::dist::readDistEnv();
+  TORCH_CHECK(flags.tp * flags.dp == env.world_size, "hpac-dist-worker: tp (", flags.tp, ") x dp (", flags.dp,
+              ") must equal the world size (", env.world_size, ")");
+  TORCH_CHECK(kHeads % flags.tp == 0 && kInter % flags.tp == 0, "hpac-dist-worker: tp (", flags.tp,
+              ") must divide the heads (", kHeads, ") and the intermediate size (", kInter, ")");
+  const int tp_rank = env.rank % flags.tp, dp_rank = env.rank / flags.tp;
+  auto store = hpac::dist::connectStore(env);
+
+  std::vector<std::string> modes;
+  if (flags.mode == "all") modes = {"off", "full", "selective"};
+  else modes = {flags.mode};
+  if (env.rank == 1 && !flags.mode_rank1.empty()) modes = {flags.mode_rank1};
+  std::ostringstream summary;
+  summary << "activation_checkpoint.modes=";
+  for (const auto& m : modes) summary << m << ",";
+  summary << "\nparallel.tp=" << flags.tp << "\nparallel.dp=" << flags.dp << "\nsteps=" << flags.steps;
+  hpac::dist::checkSameConfig(*store, env.rank, env.world_size, summary.str());
+
+  Calls calls;
+  auto options = hpac::dist::glooOptions(env);
+  auto tp_store = c10::make_intrusive<c10d::PrefixStore>("tp" + std::to_string(dp_rank), store);
+  auto dp_store = c10::make_intrusive<c10d::PrefixStore>("dp" + std::to_string(tp_rank), store);
+  c10::intrusive_ptr<c10d::ProcessGroup> tp_pg =
+      c10::make_intrusive<CountingGloo>(tp_store, tp_rank, flags.tp, options, &calls);
+  c10::intrusive_ptr<c10d::ProcessGroup> dp_pg =
+      c10::make_intrusive<c10d::ProcessGroupGloo>(dp_store, dp_rank, flags.dp, options);
+  if (env.rank == flags.die_rank) {
+    std::cout << "rank " << env.rank << " exits abruptly before its first collective (fault injection)" << std::endl;
+    std::_Exit(3);
+  }
+
+  const FullParams full;
+  const c10::intrusive_ptr<c10d::ProcessGroup> unsharded;
+  at::manual_seed(99);
+  const at::Tensor data = at::randn({kBatchPerDp * flags.dp, kSeq, kHidden});
+  bool ok = true;
+  for (const std::string& mode_name : modes) {
+    const Mode mode = hpac::parseMode(mode_name);
+    const Shard shard(full, tp_rank, flags.tp);
+    std::map<std::string, double> worst;
+    for (int step = 0; step < flags.steps; ++step) {
+      calls.reset();
+      // Sharded: this DP rank's micro-batch, the mean loss over DP ranks.
+      for (const auto& p : shard.list()) p.mutable_grad().reset();
+      const at::Tensor xs = data.narrow(0, dp_rank * kBatchPerDp, kBatchPerDp).clone().set_requires_grad(true);
+      const auto w = shard.list();
+      auto fn = [&](const at::Tensor& in) { return block(in, w, kHeads / flags.tp, tp_pg, flags.profile); };
+      at::Tensor y;
+      if (mode == Mode::kOff) {
+        y = fn(xs);
+      } else {
+        hpac::CheckpointOptions o;
+        if (mode == Mode::kSelective) o.policy = hpac::selectivePolicy();
+        // record_function ranges only in the forward (as a profiler schedule would), never in the recompute
+        bool first = true;
+        y = hpac::checkpoint(
+            [&](const at::Tensor& in) {
+              const bool profile = flags.profile && first;
+              first = false;
+              return block(in, w, kHeads / flags.tp, tp_pg, profile);
+            },
+            xs, o);
+      }
+      const int forward_calls = calls.forward;
+      const at::Tensor loss = y.pow(2).mean();
+      loss.backward();
+      hpac::dist::allReduceGradients(shard.list(), dp_pg);
+      std::vector<at::Tensor> xs_grad{xs.grad().clone()};
+
+      // The 1-rank run: unsharded weights, whole batch, mean over it.
+      for (const auto& p : full.list()) p.mutable_grad().reset();
+      const at::Tensor xf = data.clone().set_requires_grad(true);
+      const at::Tensor loss_full = block(xf, full.list(), kHeads, unsharded, false).pow(2).mean();
+      loss_full.backward();
+
+      // Gradient of the sharded run's loss w.r.t. this rank's inputs equals
+      // dp x the full run's (its loss is a mean over a 1/dp slice).
+      const double loss_diff = std::abs(loss.item<double>() -
+                                        block(xf.detach().narrow(0, dp_rank * kBatchPerDp, kBatchPerDp), full.list(), kHeads,
+                                              unsharded, false).pow(2).mean().item<double>());
+      const int64_t hs = kHidden / flags.tp, is = kInter / flags.tp;
+      const std::vector<at::Tensor> want = {
+          full.wq.grad().narrow(0, tp_rank * hs, hs), full.wk.grad().narrow(0, tp_rank * hs, hs),
+          full.wv.grad().narrow(0, tp_rank * hs, hs), full.wo.grad().narrow(1, tp_rank * hs, hs),
+          full.wg.grad().narrow(0, tp_rank * is, is), full.wu.grad().narrow(0, tp_rank * is, is),
+          full.wd.grad().narrow(1, tp_rank * is, is)};
+      double grad_diff = 0;
+      for (size_t i = 0; i < want.size(); ++i) grad_diff = std::max(grad_diff, maxDiff(shard.list()[i].grad(), want[i]));
+      const double input_diff =
+          maxDiff(xs_grad[0], xf.grad().narrow(0, dp_rank * kBatchPerDp, kBatchPerDp) * flags.dp);
+      worst["loss"] = std::max(worst["loss"], loss_diff);
+      worst["grad"] = std::max(worst["grad"], grad_diff);
+      worst["input_grad"] = std::max(worst["input_grad"], input_diff);
+
+      const int expected_forward = mode == Mode::kOff ? 0 : (flags.tp > 1 ? 2 : 0);
+      const int expected_recompute = mode == Mode::kFull ? expected_forward : 0;
+      std::cout << "mode " << mode_name << " step " << step << ": allreduce calls forward-region " << forward_calls
+                << ", recompute-region " << calls.recompute << ", outside regions " << calls.other << "; |dloss| "
+                << loss_diff << ", max|dgrad| " << grad_diff << ", max|dinput_grad| " << input_diff << std::endl;
+      if (forward_calls != expected_forward || calls.recompute != expected_recompute) {
+        std::cout << "ERROR: expected forward-region " << expected_forward << " and recompute-region "
+                  << expected_recompute << " allreduce calls" << std::endl;
+        ok = false;
+      }
+    }
+    // TP/DP change the order of floating-point sums: compare to the 1-rank run within fp32 tolerance.
+    constexpr double kTol = 1e-5;
+    const bool pass = worst["loss"] <= kTol && worst["grad"] <= kTol && worst["input_grad"] <= kTol;
+    std::cout << "mode " << mode_name << ": " << (pass ? "PASS" : "FAIL") << " vs the 1-rank run (tolerance " << kTol
+              << "): max|dloss| " << worst["loss"] << ", max|dgrad| " << worst["grad"] << ", max|dinput_grad| "
+              << worst["input_grad"] << std::endl;
+    ok = ok && pass;
+  }
+  return ok ? 0 : 1;
+} catch (const c10::Error& e) {
+  std::cerr << e.what_without_backtrace() << std::endl;
+  return 1;
+} catch (const std::exception& e) {
+  std::cerr << e.what() << std::endl;
+  return 1;
+}
