@@ -2,6 +2,7 @@
 // takes each branch of the decision tree; KV sharing; activation_swap; the
 // per-layer plan; the checkpoint seam; state_dict round trip and resume.
 #include "plugin/fallback.h"
+#include "tools/tracking_allocator.h"
 #include "tools/trainer/qwen3_moe.h"
 #include "tools/trainer/routing.h"
 #include "tools/trainer/trainer.h"
@@ -253,6 +254,33 @@ TEST(TrainerRouting, PerLayerPlan) {
   EXPECT_NE(bad.status().message().find("layer 0 is out of range; the language tower model.layers holds layers 2, 3"),
             std::string::npos)
       << bad.status().message();
+}
+
+// Every zoo model trains in every mode, and full and selective follow off's
+// loss curve exactly.
+TEST(TrainerRouting, EveryZooModelTrainsInEveryModeWithOffsLosses) {
+  for (const std::string& preset : modelPresetNames()) {
+    if (preset == "qwen3_moe_30b_a3b") continue;  // real shapes: gigabytes per layer
+    std::vector<std::vector<double>> losses;
+    for (const char* mode : {"off", "full", "selective"}) {
+      auto t = Trainer::create(config(preset, mode), registry(), nullptr);
+      ASSERT_TRUE(t.ok()) << preset << " " << mode << ": " << t.status().message();
+      losses.push_back({(*t)->step(0).loss, (*t)->step(1).loss});
+      EXPECT_TRUE(std::isfinite(losses.back()[1])) << preset << " " << mode;
+    }
+    EXPECT_EQ(losses[1], losses[0]) << preset << " full";
+    EXPECT_EQ(losses[2], losses[0]) << preset << " selective";
+  }
+}
+
+TEST(TrainerRouting, Bfloat16IsRefusedWhereMemoryIsTracked) {
+  TrackingAllocator::install();
+  TrainConfig c = config("qwen3_moe_tiny", "selective");
+  c.train.dtype = "bfloat16";
+  auto t = Trainer::create(c, registry(), nullptr);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("train.dtype: bfloat16"), std::string::npos) << t.status().message();
+  EXPECT_NE(t.status().message().find("raw_allocate"), std::string::npos);
 }
 
 TEST(TrainerSeam, SettingsAreValidated) {

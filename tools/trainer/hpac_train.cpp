@@ -137,7 +137,7 @@ int main(int argc, char** argv) try {
   if (!trainer.ok()) return fail(std::string(trainer.status().message()));
   const hpac::Mode m = config->activation_checkpoint.mode;
   std::vector<double> seconds;
-  int64_t peak = 0, recomputed = 0, served = 0;
+  int64_t peak = -1, recomputed = 0, served = 0;
   double first_loss = 0, last_loss = 0;
   for (int64_t s = 0; s < config->train.steps; ++s) {
     const StepResult r = (*trainer)->step(s);
@@ -152,10 +152,12 @@ int main(int argc, char** argv) try {
   std::sort(seconds.begin(), seconds.end());
   const Preparation& prep = (*trainer)->preparation();
   std::cout << absl::StrFormat(
-      "summary [%s]: loss %.6f -> %.6f over %d steps, median step %.1f ms, peak %.3f MiB; wrapped %d layers + %d "
+      "summary [%s]: loss %.6f -> %.6f over %d steps, median step %.1f ms, peak %s; wrapped %d layers + %d "
       "submodules; last step: %d ops recomputed, %d served from cache\n",
       hpac::toString(m), first_loss, last_loss, config->train.steps, seconds[seconds.size() / 2] * 1e3,
-      static_cast<double>(peak) / (1024.0 * 1024.0), prep.layers_wrapped, prep.submodules_wrapped, recomputed,
+      peak < 0 ? std::string("n/a (untracked)")
+               : absl::StrFormat("%.3f MiB", static_cast<double>(peak) / (1024.0 * 1024.0)),
+      prep.layers_wrapped, prep.submodules_wrapped, recomputed,
       served);
   return 0;
 } catch (const c10::Error& e) {

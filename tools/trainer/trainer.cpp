@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <c10/core/CPUAllocator.h>
 
 #include <algorithm>
 #include <chrono>
@@ -48,9 +49,19 @@ at::Tensor tokenBatch(const TrainConfig& config, int64_t step) {
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, const ModelRegistry& registry,
                                                          const LogFn& log) {
-  TrackingAllocator::install();
   std::unique_ptr<Trainer> t(new Trainer());
   t->config_ = config;
+  if (config.train.dtype == "bfloat16") {
+    if (dynamic_cast<TrackingAllocator*>(c10::GetCPUAllocator()) != nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          config.file, ": train.dtype: bfloat16 cannot run in a process whose CPU allocator is hpac's "
+          "TrackingAllocator (oneDNN's bfloat16 kernels call Allocator::raw_allocate, which it does not support); "
+          "use train.dtype: float32, or a separate process"));
+    }
+    t->track_memory_ = false;
+  } else {
+    TrackingAllocator::install();
+  }
   try {
     t->model_ = makeZooModel(config.model, static_cast<uint64_t>(config.train.seed));
   } catch (const c10::Error& e) {
@@ -71,7 +82,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& conf
 }
 
 StepResult Trainer::step(int64_t index, bool keep_grads) {
-  TrackingAllocator& tracker = TrackingAllocator::install();
+  TrackingAllocator* tracker = track_memory_ ? &TrackingAllocator::install() : nullptr;
   StepResult r;
   r.step = index;
   const at::Tensor tokens = tokenBatch(config_, index);
@@ -80,14 +91,14 @@ StepResult Trainer::step(int64_t index, bool keep_grads) {
   }
   at::manual_seed(static_cast<uint64_t>(config_.train.seed) + static_cast<uint64_t>(index));
   const auto start = std::chrono::steady_clock::now();
-  const int64_t before = tracker.currentBytes();
-  tracker.resetPeak();
+  const int64_t before = tracker ? tracker->currentBytes() : 0;
+  if (tracker) tracker->resetPeak();
   {
     at::Tensor loss = model_->loss(tokens);
     r.loss = loss.item<double>();
     loss.backward();
   }
-  r.peak_bytes = tracker.peakBytes() - before;
+  r.peak_bytes = tracker ? tracker->peakBytes() - before : -1;
   if (keep_grads) {
     const at::Tensor& embeds = model_->lastInputEmbeds();
     r.grads.push_back(embeds.defined() && embeds.grad().defined() ? embeds.grad().clone() : at::Tensor());
@@ -106,8 +117,9 @@ StepResult Trainer::step(int64_t index, bool keep_grads) {
 }
 
 std::string formatStepLine(const StepResult& r, int64_t steps, Mode mode) {
-  return absl::StrFormat("step %d/%d [%-9s] loss %.6f  step %7.1f ms  peak %8.3f MiB  recomputed %6d  served %5d",
-                         r.step + 1, steps, toString(mode), r.loss, r.seconds * 1e3, mib(r.peak_bytes),
+  const std::string peak = r.peak_bytes < 0 ? "n/a (untracked)" : absl::StrFormat("%8.3f MiB", mib(r.peak_bytes));
+  return absl::StrFormat("step %d/%d [%-9s] loss %.6f  step %7.1f ms  peak %s  recomputed %6d  served %5d",
+                         r.step + 1, steps, toString(mode), r.loss, r.seconds * 1e3, peak,
                          r.stats.totals.recomputed, r.stats.totals.served);
 }
 
@@ -167,6 +179,7 @@ absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelR
   }
   for (CompareRow& row : result.rows) {
     std::vector<double> seconds;
+    row.peak_bytes = row.steps.front().peak_bytes;
     for (const StepResult& r : row.steps) {
       seconds.push_back(r.seconds);
       row.peak_bytes = std::max(row.peak_bytes, r.peak_bytes);
@@ -185,8 +198,9 @@ std::string formatCompareTable(const CompareResult& result) {
     const StepResult& last = row.steps.back();
     const double saving = off.peak_bytes > 0 ? 100.0 * (1.0 - static_cast<double>(row.peak_bytes) / off.peak_bytes) : 0;
     const double slowdown = off.median_seconds > 0 ? 100.0 * (row.median_seconds / off.median_seconds - 1.0) : 0;
-    absl::StrAppendFormat(&t, "%-10s %7.3f MiB %7.1f%% %8.1f ms %+8.1f%% %12.3g %12.3g  %-34s %8s %13d %10d\n",
-                          toString(row.mode), mib(row.peak_bytes), saving, row.median_seconds * 1e3, slowdown,
+    const std::string peak = row.peak_bytes < 0 ? "n/a" : absl::StrFormat("%7.3f MiB", mib(row.peak_bytes));
+    absl::StrAppendFormat(&t, "%-10s %11s %7.1f%% %8.1f ms %+8.1f%% %12.3g %12.3g  %-34s %8s %13d %10d\n",
+                          toString(row.mode), peak, off.peak_bytes < 0 ? 0.0 : saving, row.median_seconds * 1e3, slowdown,
                           row.max_loss_diff, row.max_grad_diff, row.route,
                           absl::StrCat(row.layers_wrapped, "L+", row.submodules_wrapped, "S"),
                           last.stats.totals.recomputed, last.stats.totals.served);

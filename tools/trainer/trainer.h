@@ -33,7 +33,9 @@ struct StepResult {
   int64_t step = 0;
   double loss = 0;
   double seconds = 0;      // forward + backward + optimizer step
-  int64_t peak_bytes = 0;  // peak tensor bytes above the step's start, during forward + backward
+  // Peak tensor bytes above the step's start, during forward + backward; -1
+  // when memory is not tracked (bfloat16, see Trainer::create).
+  int64_t peak_bytes = 0;
   LayerStats stats;        // summed over the step's checkpoint invocations
   std::vector<LayerStats> layer_stats;  // per prepared layer
   std::vector<at::Tensor> grads;        // keep_grads: input-embedding grad, then every parameter's grad
@@ -41,7 +43,11 @@ struct StepResult {
 
 class Trainer {
  public:
-  // Builds, initialises (seed) and prepares the model; installs the TrackingAllocator.
+  // Builds, initialises (seed) and prepares the model; installs the
+  // TrackingAllocator. bfloat16 matmuls run through oneDNN, whose buffers come
+  // from Allocator::raw_allocate, which the TrackingAllocator cannot serve: a
+  // bfloat16 trainer therefore does not track memory (peak_bytes -1), and is
+  // refused in a process where the tracker is already installed.
   static absl::StatusOr<std::unique_ptr<Trainer>> create(const TrainConfig& config, const ModelRegistry& registry,
                                                          const LogFn& log = logToStderr);
   StepResult step(int64_t index, bool keep_grads = false);
@@ -55,6 +61,7 @@ class Trainer {
  private:
   Trainer() = default;
   TrainConfig config_;
+  bool track_memory_ = true;
   std::shared_ptr<ZooModel> model_;
   Preparation preparation_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;

@@ -53,7 +53,8 @@ absl::StatusOr<YAML::Node> loadYamlString(const std::string& text, const std::st
 
 std::string YamlReader::where(const YAML::Node& node) const {
   const YAML::Mark mark = node.Mark();
-  if (mark.is_null()) return file_;
+  // A null document (empty, or comments only) has no mark: point at its start.
+  if (mark.is_null()) return file_ + ":1:1";
   return absl::StrCat(file_, ":", mark.line + 1, ":", mark.column + 1);
 }
 

@@ -117,6 +117,11 @@ at::Tensor eagerAttention(const at::Tensor& q, const at::Tensor& k, const at::Te
   return at::matmul(probs, repeat(v)).transpose(1, 2).reshape({b, s, hq * d});
 }
 
+at::Tensor geluTanh(const at::Tensor& x) {
+  const double k = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + at::tanh(k * (x + 0.044715 * x * x * x)));
+}
+
 at::Tensor nextTokenLoss(const at::Tensor& logits, const at::Tensor& tokens) {
   const int64_t s = logits.size(1), v = logits.size(2);
   const at::Tensor pred = logits.narrow(1, 0, s - 1).reshape({-1, v}).to(at::kFloat);

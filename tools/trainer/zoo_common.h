@@ -90,6 +90,12 @@ at::Tensor applyRope(const at::Tensor& x, const Rope& rope);
 // Returns [B, S, Hq * D].
 at::Tensor eagerAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal);
 
+// GELU, tanh approximation, from elementwise ops: HF's gelu_new (GPT-2) and
+// gelu_pytorch_tanh (SigLIP). Not at::gelu: its CPU kernel may go through oneDNN,
+// whose scratch buffers come from Allocator::raw_allocate, which the core's
+// TrackingAllocator does not support (docs/trainer.md, "Known limits").
+at::Tensor geluTanh(const at::Tensor& x);
+
 // Mean next-token cross entropy of logits [B, S, V] against tokens [B, S].
 at::Tensor nextTokenLoss(const at::Tensor& logits, const at::Tensor& tokens);
 

@@ -45,7 +45,7 @@ GPT2MLPImpl::GPT2MLPImpl(const ModelSpec& spec) : torch::nn::Module("GPT2MLP") {
   c_proj = register_module("c_proj", linear(spec.intermediate_size, spec.hidden_size, true));
 }
 
-at::Tensor GPT2MLPImpl::forward(const at::Tensor& x) { return c_proj(at::gelu(c_fc(x), "tanh")); }
+at::Tensor GPT2MLPImpl::forward(const at::Tensor& x) { return c_proj(geluTanh(c_fc(x))); }
 
 GPT2BlockImpl::GPT2BlockImpl(const ModelSpec& spec) : CheckpointableLayer("GPT2Block") {
   ln_1 = register_module("ln_1", layerNorm(spec.hidden_size));
@@ -197,7 +197,7 @@ SiglipMLPImpl::SiglipMLPImpl(const ModelSpec& spec) : torch::nn::Module("SiglipM
   fc2 = register_module("fc2", linear(spec.intermediate_size, spec.hidden_size, true));
 }
 
-at::Tensor SiglipMLPImpl::forward(const at::Tensor& x) { return fc2(at::gelu(fc1(x), "tanh")); }
+at::Tensor SiglipMLPImpl::forward(const at::Tensor& x) { return fc2(geluTanh(fc1(x))); }
 
 SiglipEncoderLayerImpl::SiglipEncoderLayerImpl(const ModelSpec& spec) : CheckpointableLayer("SiglipEncoderLayer") {
   layer_norm1 = register_module("layer_norm1", layerNorm(spec.hidden_size));
@@ -243,7 +243,7 @@ at::Tensor LlavaForConditionalGeneration::loss(const at::Tensor& tokens) {
       at::sin(at::arange(kPatches * kPatchDim, at::kFloat) * 0.37).view({1, kPatches, kPatchDim}).expand({b, -1, -1});
   at::Tensor v = patch_embedding(pixels.to(patch_embedding->weight.scalar_type()));
   for (const auto& layer : *vision_layers) v = layer->as<SiglipEncoderLayerImpl>()->forward(v);
-  const at::Tensor image = linear_2(at::gelu(linear_1(post_layernorm(v))));
+  const at::Tensor image = linear_2(geluTanh(linear_1(post_layernorm(v))));
   const at::Tensor text = keepInputEmbeds(language_model->embed_tokens(tokens));
   const at::Tensor h = language_model->forward(at::cat({image, text}, 1), nullptr);
   return nextTokenLoss(lm_head(h.narrow(1, kPatches, tokens.size(1))), tokens);
