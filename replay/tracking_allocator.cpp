@@ -6,11 +6,7 @@
 namespace hpac {
 namespace {
 
-struct Allocation {
-  c10::DataPtr inner;
-  int64_t bytes;
-  const TrackingAllocator* owner;
-};
+TrackingAllocator* tracker_instance = nullptr;
 
 }  // namespace
 
@@ -18,6 +14,7 @@ TrackingAllocator& TrackingAllocator::install() {
   static TrackingAllocator* tracker = [] {
     auto* t = new TrackingAllocator(c10::GetCPUAllocator());  // leaked: tensors may outlive statics
     // Priority above the default registration so that no later default-priority set replaces it.
+    tracker_instance = t;
     c10::SetCPUAllocator(t, /*priority=*/1);
     return t;
   }();
@@ -37,14 +34,32 @@ c10::DataPtr TrackingAllocator::allocate(size_t nbytes) const {
   while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }
   allocations_.fetch_add(1, std::memory_order_relaxed);
-  auto* ctx = new Allocation{std::move(inner), bytes, this};
-  return c10::DataPtr(data, ctx, &TrackingAllocator::release, device);
+  if (data == nullptr) return c10::DataPtr(nullptr, nullptr, nullptr, device);  // zero bytes
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_.emplace(data, Live{std::move(inner), bytes});
+  }
+  return c10::DataPtr(data, data, &TrackingAllocator::release, device);
 }
 
-void TrackingAllocator::release(void* ctx) {
-  auto* a = static_cast<Allocation*>(ctx);
-  a->owner->current_.fetch_sub(a->bytes, std::memory_order_relaxed);
-  delete a;  // frees the memory through the inner allocator's deleter
+void TrackingAllocator::release(void* data) {
+  TrackingAllocator* t = tracker_instance;
+  Live live;
+  {
+    std::lock_guard<std::mutex> lock(t->mutex_);
+    auto it = t->live_.find(data);
+    if (it == t->live_.end()) {
+      // Raw memory allocated before the tracker was installed (oneDNN keeps
+      // such buffers) but freed through the current CPU allocator's
+      // raw_deleter(): hand it back to the allocator that made it.
+      if (c10::DeleterFnPtr inner_delete = t->inner_->raw_deleter()) inner_delete(data);
+      return;
+    }
+    live = std::move(it->second);
+    t->live_.erase(it);
+  }
+  t->current_.fetch_sub(live.bytes, std::memory_order_relaxed);
+  // live.inner frees the memory through the inner allocator's deleter here.
 }
 
 }  // namespace hpac

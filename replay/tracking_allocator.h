@@ -13,6 +13,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
+#include <unordered_map>
 
 namespace hpac {
 
@@ -34,17 +36,26 @@ class TrackingAllocator final : public c10::Allocator {
   void failAfter(int64_t n) { fail_countdown_.store(n, std::memory_order_relaxed); }
 
   c10::DataPtr allocate(size_t nbytes) const override;
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  // The DataPtr's context is its data pointer (what Allocator::raw_allocate
+  // requires: GELU's CPU kernel and bfloat16 mm use it), so the inner
+  // allocation and its size live in a side table keyed by that pointer.
+  c10::DeleterFnPtr raw_deleter() const override { return &TrackingAllocator::release; }
 
  private:
   explicit TrackingAllocator(c10::Allocator* inner) : inner_(inner) {}
-  static void release(void* ctx);
+  static void release(void* data);
 
   c10::Allocator* inner_;
   mutable std::atomic<int64_t> current_{0};
   mutable std::atomic<int64_t> peak_{0};
   mutable std::atomic<int64_t> allocations_{0};
   mutable std::atomic<int64_t> fail_countdown_{0};
+  struct Live {
+    c10::DataPtr inner;
+    int64_t bytes;
+  };
+  mutable std::mutex mutex_;
+  mutable std::unordered_map<void*, Live> live_;
 };
 
 }  // namespace hpac

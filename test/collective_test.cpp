@@ -9,6 +9,7 @@
 #include "tools/evidence.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -58,11 +59,12 @@ RankResult runRank(int rank, const c10::intrusive_ptr<c10d::Store>& store, Mode 
   auto options = c10d::ProcessGroupGloo::Options::create();
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   auto pg = c10::make_intrusive<CountingGloo>(store, rank, 2, options);
-  at::manual_seed(100 + rank);  // each rank owns a different shard
-  const at::Tensor w_in = at::randn({8, 8}).set_requires_grad(true);
-  const at::Tensor w_out = at::randn({8, 8}).set_requires_grad(true);
-  at::manual_seed(7);  // the same input on both ranks
-  const at::Tensor x = at::randn({4, 8}).set_requires_grad(true);
+  // Rank threads run concurrently: each draws from its own generator, never the global one.
+  at::Generator shard_gen = at::detail::createCPUGenerator(100 + rank);  // each rank owns a different shard
+  at::Generator input_gen = at::detail::createCPUGenerator(7);           // the same input on both ranks
+  const at::Tensor w_in = at::randn({8, 8}, shard_gen).set_requires_grad(true);
+  const at::Tensor w_out = at::randn({8, 8}, shard_gen).set_requires_grad(true);
+  const at::Tensor x = at::randn({4, 8}, input_gen).set_requires_grad(true);
   auto layer = [&](const at::Tensor& in) {
     const at::Tensor partial = at::mm(at::relu(at::mm(in, w_in)), w_out);
     return at::tanh(AllReduceSum::apply(partial, pg));

@@ -267,3 +267,23 @@ TEST(Threads, IndependentModelsTrainConcurrently) {
 
 }  // namespace
 }  // namespace hpac
+
+namespace hpac {
+namespace {
+
+TEST(TrackingAllocatorTest, RawAllocationsAndKernelsThatUseThem) {
+  TrackingAllocator& tracker = TrackingAllocator::install();
+  const int64_t before = tracker.currentBytes();
+  void* p = tracker.raw_allocate(4096);  // requires context == data
+  EXPECT_EQ(tracker.currentBytes(), before + 4096);
+  tracker.raw_deallocate(p);
+  EXPECT_EQ(tracker.currentBytes(), before);
+  // GELU's CPU kernel and bfloat16 matmuls allocate raw buffers through the CPU allocator.
+  const at::Tensor x = at::randn({64, 64});
+  EXPECT_TRUE(at::allclose(at::gelu(x), x * 0.5 * (1 + at::erf(x / std::sqrt(2.0))), 1e-5, 1e-6));
+  const at::Tensor b = x.to(at::kBFloat16);
+  EXPECT_EQ(at::mm(b, b).scalar_type(), at::kBFloat16);
+}
+
+}  // namespace
+}  // namespace hpac
