@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The benchmark suite: builds, then runs the per-op overhead benchmark, the
-# per-mode training-step benchmark and the Python peer harness, writing JSON to
+# per-mode step benchmarks (core blocks; trainer zoo models with AdamW) and the
+# Python peer harness, writing JSON to
 # bench/results/ and the plot to docs/results_step.svg. A few minutes here.
 #
 # Allocator control: glibc malloc serves large tensors with mmap/munmap, and
@@ -18,15 +19,19 @@ blas=$(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null |
 echo "[hpac bench] BLAS: $blas; GLIBC_TUNABLES=$GLIBC_TUNABLES; $(nproc) CPUs"
 echo "$blas" >"$out/blas.txt"
 
-echo "[hpac bench] 1/3 per-op overhead"
+echo "[hpac bench] 1/4 per-op overhead"
 "$build/bench/hpac_bench_overhead" --benchmark_repetitions=7 --benchmark_report_aggregates_only=true \
   --benchmark_out="$out/overhead.json" --benchmark_out_format=json
 
-echo "[hpac bench] 2/3 training step per mode (off / full / selective side by side)"
+echo "[hpac bench] 2/4 block step per mode (off / full / selective side by side)"
 "$build/bench/hpac_bench_step" --benchmark_out="$out/step.json" --benchmark_out_format=json \
   ${HPAC_BENCH_FILTER:+--benchmark_filter=$HPAC_BENCH_FILTER}
 
-echo "[hpac bench] 3/3 Python peer harness (off, torch checkpoint, Python-mode SAC, hpac)"
+echo "[hpac bench] 3/4 trainer step per mode on the zoo models (Qwen3-MoE tiny, GPT-2-like)"
+"$build/bench/hpac_bench_train_step" --benchmark_out="$out/train_step.json" --benchmark_out_format=json \
+  ${HPAC_BENCH_FILTER:+--benchmark_filter=$HPAC_BENCH_FILTER}
+
+echo "[hpac bench] 4/4 Python peer harness (off, torch checkpoint, Python-mode SAC, hpac)"
 HPAC_LIBRARY="$build/plugin/libhpac.so" PYTHONPATH="$root/plugin/python" \
   /usr/bin/python3 "$root/bench/peer_harness.py" --out "$out/peer.json"
 
