@@ -3,7 +3,7 @@
   hpac region         inside an hpac forward region (every op counted, policy asked, recomputed)
   hpac serve          inside an hpac recompute region, every op served from cache
   python mode         inside a do-nothing Python TorchDispatchMode (what a Python SAC mode costs at least)
-Rounds are interleaved and the median per-op time of each variant is reported.
+Rounds are interleaved, the order rotated every round, and the median per-op time of each variant is reported.
 
     HPAC_LIBRARY=build/plugin/libhpac.so PYTHONPATH=plugin/python /usr/bin/python3 bench/python_overhead.py
 """
@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import hpac
 
 N = 2000
-ROUNDS = 15
+ROUNDS = 24
 a, b = torch.ones(8), torch.ones(8)
 
 
@@ -65,9 +65,11 @@ variants = {"plain": plain, "hpac region": hpac_region, "hpac serve": hpac_serve
 times = {k: [] for k in variants}
 for fn in variants.values():
     fn()  # warm-up
-for _ in range(ROUNDS):
-    for name, fn in variants.items():
-        times[name].append(fn() / N * 1e9)
+names = list(variants)
+for r in range(ROUNDS):
+    # Rotate the order every round: the variant that runs first after another one pays for its leftovers.
+    for name in names[r % len(names):] + names[:r % len(names)]:
+        times[name].append(variants[name]() / N * 1e9)
 med = {k: statistics.median(v) for k, v in times.items()}
 print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {N} adds x {ROUNDS} rounds (median ns/op)")
 for name, ns in med.items():
