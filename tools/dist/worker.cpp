@@ -1,7 +1,9 @@
-// hpac-dist-worker: one rank of a tensor- and data-parallel Qwen3-style block
-// (attention with heads split across TP ranks, SwiGLU MLP split by its
-// intermediate size; row-parallel outputs all-reduced through c10d::allreduce_;
-// gradients all-reduced over DP ranks), trained for a few steps under off,
+// hpac-dist-worker: one rank of a tensor-, expert- and data-parallel Qwen3-style
+// block (attention with heads split across TP ranks, SwiGLU MLP split by its
+// intermediate size, sparse MoE with top-k routing and in-place
+// renormalisation whose experts are split over the same ranks; row-parallel
+// outputs and the MoE combine all-reduced through c10d::allreduce_; gradients
+// all-reduced over DP ranks), trained for a few steps under off,
 // full and selective checkpointing. Every rank also computes the unsharded
 // model on the whole batch locally — the 1-rank run — and compares loss and
 // gradients. Process-group calls are counted per phase: inside a forward
@@ -21,6 +23,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/distributed/c10d/Ops.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <atomic>
@@ -100,6 +103,7 @@ Flags parseFlags(int argc, char** argv) {
 }
 
 constexpr int64_t kHidden = 32, kHeads = 4, kInter = 64, kSeq = 8, kBatchPerDp = 2;
+constexpr int64_t kExperts = 4, kExpertInter = 16, kTopK = 2;
 
 // Full (unsharded) parameters, identical on every rank.
 struct FullParams {
@@ -109,8 +113,20 @@ struct FullParams {
     auto p = [](int64_t o, int64_t i) { return (at::randn({o, i}) / std::sqrt(static_cast<double>(i))).set_requires_grad(true); };
     wq = p(kHidden, kHidden), wk = p(kHidden, kHidden), wv = p(kHidden, kHidden), wo = p(kHidden, kHidden);
     wg = p(kInter, kHidden), wu = p(kInter, kHidden), wd = p(kHidden, kInter);
+    gate = p(kExperts, kHidden);
+    for (int64_t e = 0; e < kExperts; ++e) {
+      up.push_back(p(kExpertInter, kHidden));
+      down.push_back(p(kHidden, kExpertInter));
+    }
   }
-  std::vector<at::Tensor> list() const { return {wq, wk, wv, wo, wg, wu, wd}; }
+  at::Tensor gate;
+  std::vector<at::Tensor> up, down;
+  // Dense weights, then the router gate, then (up, down) of every expert.
+  std::vector<at::Tensor> list() const {
+    std::vector<at::Tensor> l{wq, wk, wv, wo, wg, wu, wd, gate};
+    for (int64_t e = 0; e < kExperts; ++e) l.insert(l.end(), {up[e], down[e]});
+    return l;
+  }
 };
 
 // This TP rank's shards: rows of q/k/v/gate/up (its heads, its slice of the
@@ -123,8 +139,22 @@ struct Shard {
     auto cols = [](const at::Tensor& w, int64_t n, int r) { return w.detach().narrow(1, r * n, n).clone().set_requires_grad(true); };
     wq = rows(f.wq, h, tp_rank), wk = rows(f.wk, h, tp_rank), wv = rows(f.wv, h, tp_rank), wo = cols(f.wo, h, tp_rank);
     wg = rows(f.wg, i, tp_rank), wu = rows(f.wu, i, tp_rank), wd = cols(f.wd, i, tp_rank);
+    // Expert parallelism over the TP ranks: the router is replicated, expert e
+    // lives on rank e % tp.
+    auto copy = [](const at::Tensor& w) { return w.detach().clone().set_requires_grad(true); };
+    gate = copy(f.gate);
+    for (int64_t e = tp_rank; e < kExperts; e += tp) {
+      up.push_back(copy(f.up[e]));
+      down.push_back(copy(f.down[e]));
+    }
   }
-  std::vector<at::Tensor> list() const { return {wq, wk, wv, wo, wg, wu, wd}; }
+  at::Tensor gate;
+  std::vector<at::Tensor> up, down;  // local experts only
+  std::vector<at::Tensor> list() const {
+    std::vector<at::Tensor> l{wq, wk, wv, wo, wg, wu, wd, gate};
+    for (size_t j = 0; j < up.size(); ++j) l.insert(l.end(), {up[j], down[j]});
+    return l;
+  }
 };
 
 at::Tensor rmsNorm(const at::Tensor& x) {
@@ -163,7 +193,27 @@ at::Tensor block(const at::Tensor& x, const std::vector<at::Tensor>& w, int64_t 
   const at::Tensor h1 = x + out(at::linear(ctx, w[3]));
   if (profile) recordFunction(false, &range, "attention");
   const at::Tensor m_in = in(rmsNorm(h1));
-  return h1 + out(at::linear(at::silu(at::linear(m_in, w[4])) * at::linear(m_in, w[5]), w[6]));
+  const at::Tensor h2 = h1 + out(at::linear(at::silu(at::linear(m_in, w[4])) * at::linear(m_in, w[5]), w[6]));
+  // Sparse MoE, experts split over the same ranks (EP = TP group). Activations
+  // are replicated across them, so dispatch is a local selection; combine sums
+  // the ranks' partial outputs with one all-reduce. The router's input passes
+  // copyToTensorParallel too: each rank's router gradient covers only its own
+  // experts' tokens, and the backward all-reduce sums the parts.
+  const int64_t ep = pg ? pg->getSize() : 1, ep_rank = pg ? pg->getRank() : 0;
+  const at::Tensor e_in = in(rmsNorm(h2)).reshape({-1, kHidden});
+  const at::Tensor router = at::softmax(at::linear(e_in, w[7]).to(at::kFloat), -1);
+  auto [weights, chosen] = at::topk(router, kTopK, -1);
+  weights.div_(weights.sum(-1, true));  // in-place renormalisation, as norm_topk_prob
+  at::Tensor partial = at::zeros_like(e_in);
+  for (int64_t j = 0, e = ep_rank; e < kExperts; ++j, e += ep) {
+    const auto hit = at::where(chosen == e);
+    if (hit[0].numel() == 0) continue;
+    const at::Tensor token = hit[0], slot = hit[1];
+    const at::Tensor gate_w = weights.flatten().index_select(0, token * kTopK + slot).unsqueeze(-1);
+    const at::Tensor y = at::linear(at::silu(at::linear(e_in.index_select(0, token), w[8 + 2 * j])), w[9 + 2 * j]);
+    partial.index_add_(0, token, y * gate_w);
+  }
+  return h2 + out(partial).view(h2.sizes());
 }
 
 double maxDiff(const at::Tensor& a, const at::Tensor& b) {
@@ -177,8 +227,9 @@ int main(int argc, char** argv) try {
   const hpac::dist::DistEnv env = hpac::dist::readDistEnv();
   TORCH_CHECK(flags.tp * flags.dp == env.world_size, "hpac-dist-worker: tp (", flags.tp, ") x dp (", flags.dp,
               ") must equal the world size (", env.world_size, ")");
-  TORCH_CHECK(kHeads % flags.tp == 0 && kInter % flags.tp == 0, "hpac-dist-worker: tp (", flags.tp,
-              ") must divide the heads (", kHeads, ") and the intermediate size (", kInter, ")");
+  TORCH_CHECK(kHeads % flags.tp == 0 && kInter % flags.tp == 0 && kExperts % flags.tp == 0, "hpac-dist-worker: tp (",
+              flags.tp, ") must divide the heads (", kHeads, "), the intermediate size (", kInter,
+              ") and the experts (", kExperts, ")");
   const int tp_rank = env.rank % flags.tp, dp_rank = env.rank / flags.tp;
   auto store = hpac::dist::connectStore(env);
 
@@ -240,6 +291,11 @@ int main(int argc, char** argv) try {
       const int forward_calls = calls.forward;
       const at::Tensor loss = y.pow(2).mean();
       loss.backward();
+      // The replicated router's gradient is partial on each EP rank (its own experts' tokens): sum it.
+      if (flags.tp > 1) {
+        std::vector<at::Tensor> g{shard.gate.grad()};
+        c10d::ops::allreduce(tp_pg, g)->wait();
+      }
       hpac::dist::allReduceGradients(shard.list(), dp_pg);
       std::vector<at::Tensor> xs_grad{xs.grad().clone()};
 
@@ -255,11 +311,15 @@ int main(int argc, char** argv) try {
                                         block(xf.detach().narrow(0, dp_rank * kBatchPerDp, kBatchPerDp), full.list(), kHeads,
                                               unsharded, false).pow(2).mean().item<double>());
       const int64_t hs = kHidden / flags.tp, is = kInter / flags.tp;
-      const std::vector<at::Tensor> want = {
+      std::vector<at::Tensor> want = {
           full.wq.grad().narrow(0, tp_rank * hs, hs), full.wk.grad().narrow(0, tp_rank * hs, hs),
           full.wv.grad().narrow(0, tp_rank * hs, hs), full.wo.grad().narrow(1, tp_rank * hs, hs),
           full.wg.grad().narrow(0, tp_rank * is, is), full.wu.grad().narrow(0, tp_rank * is, is),
-          full.wd.grad().narrow(1, tp_rank * is, is)};
+          full.wd.grad().narrow(1, tp_rank * is, is), full.gate.grad()};
+      for (int64_t e = tp_rank; e < kExperts; e += flags.tp) {
+        want.push_back(full.up[e].grad());
+        want.push_back(full.down[e].grad());
+      }
       double grad_diff = 0;
       for (size_t i = 0; i < want.size(); ++i) grad_diff = std::max(grad_diff, maxDiff(shard.list()[i].grad(), want[i]));
       const double input_diff =
@@ -268,7 +328,8 @@ int main(int argc, char** argv) try {
       worst["grad"] = std::max(worst["grad"], grad_diff);
       worst["input_grad"] = std::max(worst["input_grad"], input_diff);
 
-      const int expected_forward = mode == Mode::kOff ? 0 : (flags.tp > 1 ? 2 : 0);
+      // Forward-region all-reduces: attention output, MLP output, MoE combine.
+      const int expected_forward = mode == Mode::kOff ? 0 : (flags.tp > 1 ? 3 : 0);
       const int expected_recompute = mode == Mode::kFull ? expected_forward : 0;
       std::cout << "mode " << mode_name << " step " << step << ": allreduce calls forward-region " << forward_calls
                 << ", recompute-region " << calls.recompute << ", outside regions " << calls.other << "; |dloss| "
