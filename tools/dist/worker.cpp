@@ -11,7 +11,8 @@
 //
 //   hpac-launch --nproc 2 -- hpac-dist-worker --tp 2 --dp 1
 //
-// Flags: --tp N --dp N (tp*dp = world size), --steps N, --mode off|full|selective|all,
+// Flags: --tp N --dp N (tp*dp = world size), --fsdp (MLP weights sharded over DP ranks, gathered in every
+// forward and recompute), --steps N, --mode off|full|selective|all,
 // --mode-rank1 M (rank 1 runs mode M: the consistency check must fail),
 // --die-rank R (rank R exits abruptly before its first collective), --profile (record_function
 // ranges around each sublayer, in forward only, to show that profiler ops do not shift replay).
@@ -23,6 +24,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/distributed/c10d/Ops.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
@@ -40,35 +42,45 @@ using hpac::Mode;
 struct Calls {
   std::atomic<int> forward{0}, recompute{0}, other{0};
   void reset() { forward = recompute = other = 0; }
+  void count() {
+    const hpac::RegionState& region = hpac::currentRegion();
+    if (region.invocation == nullptr) {
+      ++other;
+    } else if (region.phase == hpac::Phase::kForward) {
+      ++forward;
+    } else {
+      ++recompute;
+    }
+  }
 };
 
 // Counts allreduce calls by the region active on the calling thread.
 class CountingGloo final : public c10d::ProcessGroupGloo {
  public:
   CountingGloo(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-               c10::intrusive_ptr<Options> options, Calls* calls)
-      : ProcessGroupGloo(store, rank, size, std::move(options)), calls_(calls) {}
+               c10::intrusive_ptr<Options> options, Calls* allreduces, Calls* allgathers)
+      : ProcessGroupGloo(store, rank, size, std::move(options)), allreduces_(allreduces), allgathers_(allgathers) {}
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
-    const hpac::RegionState& region = hpac::currentRegion();
-    if (region.invocation == nullptr) {
-      ++calls_->other;
-    } else if (region.phase == hpac::Phase::kForward) {
-      ++calls_->forward;
-    } else {
-      ++calls_->recompute;
-    }
+    if (allreduces_) allreduces_->count();
     return ProcessGroupGloo::allreduce(tensors, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override {
+    if (allgathers_) allgathers_->count();
+    return ProcessGroupGloo::allgather(outputs, inputs, opts);
   }
 
  private:
-  Calls* calls_;
+  Calls* allreduces_;
+  Calls* allgathers_;
 };
 
 struct Flags {
   int tp = 1, dp = 1, steps = 3, die_rank = -1;
   std::string mode = "all", mode_rank1;
-  bool profile = false;
+  bool profile = false, fsdp = false;
 };
 
 int positive(const std::string& flag, const char* v) {
@@ -83,8 +95,8 @@ Flags parseFlags(int argc, char** argv) {
   Flags f;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--profile") {
-      f.profile = true;
+    if (a == "--profile" || a == "--fsdp") {
+      (a == "--profile" ? f.profile : f.fsdp) = true;
       continue;
     }
     TORCH_CHECK(i + 1 < argc, "hpac-dist-worker: ", a, " needs a value");
@@ -154,6 +166,32 @@ struct Shard {
     std::vector<at::Tensor> l{wq, wk, wv, wo, wg, wu, wd, gate};
     for (size_t j = 0; j < up.size(); ++j) l.insert(l.end(), {up[j], down[j]});
     return l;
+  }
+};
+
+// FSDP-style parameter sharding over the DP group: each DP rank keeps 1/dp of
+// a (TP-sharded) weight, flattened. Inside the layer's forward, and again in
+// its recompute, the full weight is all-gathered (c10d::allgather_ through the
+// dispatcher; the buffers come from empty_like and the result is a view: ops
+// hpac ignores or recomputes), and freed after use. Backward sums the full
+// gradient over DP ranks and keeps this rank's slice, averaged.
+struct FsdpGather : public torch::autograd::Function<FsdpGather> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& local,
+                            c10::intrusive_ptr<c10d::ProcessGroup> pg, std::vector<int64_t> shape) {
+    ctx->saved_data["pg"] = c10::IValue(pg);
+    std::vector<std::vector<at::Tensor>> outs(1);
+    for (int r = 0; r < pg->getSize(); ++r) outs[0].push_back(at::empty_like(local));
+    std::vector<at::Tensor> in{local};
+    c10d::ops::allgather(pg, outs, in)->wait();
+    return at::cat(outs[0]).view(shape);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    auto pg = ctx->saved_data["pg"].toCustomClass<c10d::ProcessGroup>();
+    std::vector<at::Tensor> g{grad[0].reshape({-1}).clone()};
+    c10d::ops::allreduce(pg, g)->wait();
+    const int64_t n = g[0].numel() / pg->getSize();
+    return {g[0].narrow(0, pg->getRank() * n, n).div(pg->getSize()), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -240,17 +278,18 @@ int main(int argc, char** argv) try {
   std::ostringstream summary;
   summary << "activation_checkpoint.modes=";
   for (const auto& m : modes) summary << m << ",";
-  summary << "\nparallel.tp=" << flags.tp << "\nparallel.dp=" << flags.dp << "\nsteps=" << flags.steps;
+  summary << "\nparallel.tp=" << flags.tp << "\nparallel.dp=" << flags.dp << "\nparallel.fsdp=" << flags.fsdp
+          << "\nsteps=" << flags.steps;
   hpac::dist::checkSameConfig(*store, env.rank, env.world_size, summary.str());
 
-  Calls calls;
+  Calls calls, gathers;
   auto options = hpac::dist::glooOptions(env);
   auto tp_store = c10::make_intrusive<c10d::PrefixStore>("tp" + std::to_string(dp_rank), store);
   auto dp_store = c10::make_intrusive<c10d::PrefixStore>("dp" + std::to_string(tp_rank), store);
   c10::intrusive_ptr<c10d::ProcessGroup> tp_pg =
-      c10::make_intrusive<CountingGloo>(tp_store, tp_rank, flags.tp, options, &calls);
+      c10::make_intrusive<CountingGloo>(tp_store, tp_rank, flags.tp, options, &calls, nullptr);
   c10::intrusive_ptr<c10d::ProcessGroup> dp_pg =
-      c10::make_intrusive<c10d::ProcessGroupGloo>(dp_store, dp_rank, flags.dp, options);
+      c10::make_intrusive<CountingGloo>(dp_store, dp_rank, flags.dp, options, nullptr, &gathers);
   if (env.rank == flags.die_rank) {
     std::cout << "rank " << env.rank << " exits abruptly before its first collective (fault injection)" << std::endl;
     std::_Exit(3);
@@ -264,14 +303,33 @@ int main(int argc, char** argv) try {
   for (const std::string& mode_name : modes) {
     const Mode mode = hpac::parseMode(mode_name);
     const Shard shard(full, tp_rank, flags.tp);
+    // FSDP: the MLP weights (w[4..6]) live as 1/dp flat slices per DP rank.
+    std::vector<at::Tensor> fsdp_local;
+    if (flags.fsdp) {
+      for (const at::Tensor& w : {shard.wg, shard.wu, shard.wd}) {
+        const int64_t n = w.numel() / flags.dp;
+        fsdp_local.push_back(w.detach().reshape({-1}).narrow(0, dp_rank * n, n).clone().set_requires_grad(true));
+      }
+    }
+    auto weights = [&] {
+      std::vector<at::Tensor> w = shard.list();
+      if (flags.fsdp) {
+        const at::Tensor* full_shapes[] = {&shard.wg, &shard.wu, &shard.wd};
+        for (int k = 0; k < 3; ++k) {
+          w[4 + k] = FsdpGather::apply(fsdp_local[k], dp_pg, full_shapes[k]->sizes().vec());
+        }
+      }
+      return w;
+    };
     std::map<std::string, double> worst;
     for (int step = 0; step < flags.steps; ++step) {
       calls.reset();
+      gathers.reset();
       // Sharded: this DP rank's micro-batch, the mean loss over DP ranks.
       for (const auto& p : shard.list()) p.mutable_grad().reset();
+      for (const auto& p : fsdp_local) p.mutable_grad().reset();
       const at::Tensor xs = data.narrow(0, dp_rank * kBatchPerDp, kBatchPerDp).clone().set_requires_grad(true);
-      const auto w = shard.list();
-      auto fn = [&](const at::Tensor& in) { return block(in, w, kHeads / flags.tp, tp_pg, flags.profile); };
+      auto fn = [&](const at::Tensor& in) { return block(in, weights(), kHeads / flags.tp, tp_pg, flags.profile); };
       at::Tensor y;
       if (mode == Mode::kOff) {
         y = fn(xs);
@@ -284,7 +342,7 @@ int main(int argc, char** argv) try {
             [&](const at::Tensor& in) {
               const bool profile = flags.profile && first;
               first = false;
-              return block(in, w, kHeads / flags.tp, tp_pg, profile);
+              return block(in, weights(), kHeads / flags.tp, tp_pg, profile);
             },
             xs, o);
       }
@@ -320,8 +378,19 @@ int main(int argc, char** argv) try {
         want.push_back(full.up[e].grad());
         want.push_back(full.down[e].grad());
       }
+      std::vector<at::Tensor> got = shard.list();
+      if (flags.fsdp) {  // compare this rank's FSDP slices with the matching slices of the full gradient
+        for (int k = 0; k < 3; ++k) {
+          const int64_t n = want[4 + k].numel() / flags.dp;
+          want[4 + k] = want[4 + k].reshape({-1}).narrow(0, dp_rank * n, n);
+          got[4 + k] = fsdp_local[k];
+        }
+      }
       double grad_diff = 0;
-      for (size_t i = 0; i < want.size(); ++i) grad_diff = std::max(grad_diff, maxDiff(shard.list()[i].grad(), want[i]));
+      for (size_t i = 0; i < want.size(); ++i) {
+        TORCH_CHECK(got[i].grad().defined(), "hpac-dist-worker: no gradient for parameter ", i);
+        grad_diff = std::max(grad_diff, maxDiff(got[i].grad(), want[i]));
+      }
       const double input_diff =
           maxDiff(xs_grad[0], xf.grad().narrow(0, dp_rank * kBatchPerDp, kBatchPerDp) * flags.dp);
       worst["loss"] = std::max(worst["loss"], loss_diff);
@@ -334,6 +403,18 @@ int main(int argc, char** argv) try {
       std::cout << "mode " << mode_name << " step " << step << ": allreduce calls forward-region " << forward_calls
                 << ", recompute-region " << calls.recompute << ", outside regions " << calls.other << "; |dloss| "
                 << loss_diff << ", max|dgrad| " << grad_diff << ", max|dinput_grad| " << input_diff << std::endl;
+      if (flags.fsdp) {
+        // FSDP re-gathers: once per sharded weight in the forward, and again in every recompute.
+        const int want_fwd = mode == Mode::kOff ? 0 : 3, want_rec = want_fwd;
+        std::cout << "mode " << mode_name << " step " << step << ": FSDP allgather calls forward-region "
+                  << gathers.forward << ", recompute-region " << gathers.recompute << ", outside regions "
+                  << gathers.other << std::endl;
+        if (gathers.forward != want_fwd || gathers.recompute != want_rec) {
+          std::cout << "ERROR: expected " << want_fwd << " FSDP gathers in the forward region and " << want_rec
+                    << " in the recompute region" << std::endl;
+          ok = false;
+        }
+      }
       if (forward_calls != expected_forward || calls.recompute != expected_recompute) {
         std::cout << "ERROR: expected forward-region " << expected_forward << " and recompute-region "
                   << expected_recompute << " allreduce calls" << std::endl;
