@@ -79,6 +79,14 @@ constexpr OpEntry kSaveOps[] = {
     {"npu::npu_fusion_attention", kOptional},
 };
 
+// Outputs alias an input's storage without sharing its version counter.
+constexpr OpEntry kUnsafeAliasOps[] = {
+    {"aten::_unsafe_view", kRequired},
+    {"aten::unsafe_chunk", kRequired},
+    {"aten::unsafe_split", kRequired},
+    {"aten::unsafe_split_with_sizes", kRequired},
+};
+
 // Splits "ns::op[.overload]" into (op, overload, every_overload).
 struct ParsedEntry {
   std::string name;
@@ -120,6 +128,7 @@ c10::ArrayRef<OpEntry> ignoredOps() { return kIgnoredOps; }
 c10::ArrayRef<OpEntry> recomputeOps() { return kRecomputeOps; }
 c10::ArrayRef<OpEntry> matmulOps() { return kMatmulOps; }
 c10::ArrayRef<OpEntry> saveOps() { return kSaveOps; }
+c10::ArrayRef<OpEntry> unsafeAliasOps() { return kUnsafeAliasOps; }
 
 std::vector<c10::OperatorHandle> resolveEntry(const std::string& entry) {
   const ParsedEntry parsed = parseEntry(entry);
@@ -143,6 +152,12 @@ ResolvedOpTables::ResolvedOpTables() {
   add(kRecomputeOps, OpCategory::kRecompute);
   add(kMatmulOps, OpCategory::kMatmul);
   add(kSaveOps, OpCategory::kSave);
+  for (const OpEntry& entry : kUnsafeAliasOps) {
+    const auto handles = resolveEntry(entry.name);
+    TORCH_CHECK(!handles.empty() || entry.optional, "hpac: required op table entry '", entry.name,
+                "' (unsafe-alias table) is not registered in this process");
+    for (const auto& h : handles) unsafe_alias_.insert(opId(h));
+  }
 }
 
 void ResolvedOpTables::add(c10::ArrayRef<OpEntry> table, OpCategory category) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace hpac {
@@ -40,6 +41,7 @@ c10::ArrayRef<OpEntry> ignoredOps();
 c10::ArrayRef<OpEntry> recomputeOps();
 c10::ArrayRef<OpEntry> matmulOps();
 c10::ArrayRef<OpEntry> saveOps();
+c10::ArrayRef<OpEntry> unsafeAliasOps();
 
 // Identity of an operator inside this process: the address of its registered
 // name, stable for as long as the operator is registered.
@@ -72,6 +74,10 @@ class ResolvedOpTables {
   bool isIgnored(const c10::OperatorHandle& op) const {
     return classify(op) == OpCategory::kIgnored;
   }
+  // Ops whose outputs share storage with an input but not its version counter
+  // (aten::_unsafe_view, aten::unsafe_split...): in-place writes through them
+  // are invisible to the input's version counter (see Note [Unsafe aliases]).
+  bool isUnsafeAlias(const c10::OperatorHandle& op) const { return unsafe_alias_.count(opId(op)) != 0; }
   const std::vector<std::string>& missingOptional() const { return missing_optional_; }
   size_t resolvedCount() const { return category_.size(); }
 
@@ -79,6 +85,7 @@ class ResolvedOpTables {
   void add(c10::ArrayRef<OpEntry> table, OpCategory category);
 
   std::unordered_map<OpId, OpCategory> category_;
+  std::unordered_set<OpId> unsafe_alias_;
   std::vector<std::string> missing_optional_;
 };
 

@@ -171,6 +171,9 @@ void Invocation::endPhase() {
 
 void Invocation::handle(Phase phase, const c10::OperatorHandle& op, c10::DispatchKeySet ks,
                         torch::jit::Stack* stack) {
+  if (phase == Phase::kForward && !cached_storage_.empty() && op.schema().is_mutable()) {
+    copyOnWrite(op.schema(), *stack);
+  }
   if (tables_.isIgnored(op)) {
     ++stats_.ignored;
     runBelowHpac(op, ks, stack);
@@ -188,6 +191,9 @@ void Invocation::handle(Phase phase, const c10::OperatorHandle& op, c10::Dispatc
     ++stats_.ops_forward;
     if (!save_op) {
       runBelowHpac(op, ks, stack);
+      if (!cached_storage_.empty() && tables_.isUnsafeAlias(op)) {
+        watchUnsafeAliases(*stack, op.schema().returns().size());
+      }
       return;
     }
     save(op, ks, occurrence, stack, args_begin);
@@ -199,6 +205,56 @@ void Invocation::handle(Phase phase, const c10::OperatorHandle& op, c10::Dispatc
   } else {
     ++stats_.recomputed;
     runBelowHpac(op, ks, stack);
+  }
+}
+
+// Note [Unsafe aliases]
+// A cached output is checked for in-place writes through its version counter,
+// which its views share. aten::_unsafe_view and the unsafe_split/chunk ops
+// return tensors over the same storage with a version counter of their own:
+// `matmul(x, w)` on a non-contiguous 3-D input is mm followed by _unsafe_view,
+// and a later `add_` on the result writes into the cached mm output without
+// bumping its counter — the recompute would then be served the written values
+// (silently wrong gradients). So in the forward, the outputs of these ops that
+// share storage with a cached output have their version counters watched too.
+void Invocation::watchUnsafeAliases(const torch::jit::Stack& stack, size_t num_returns) {
+  for (size_t j = stack.size() - num_returns; j < stack.size(); ++j) {
+    forEachTensor(stack[j], [&](const at::Tensor& t) {
+      if (!t.defined() || !t.has_storage()) return;
+      const auto hit = cached_storage_.find(t.storage().unsafeGetStorageImpl());
+      if (hit == cached_storage_.end()) return;
+      const c10::VariableVersion& counter = t.unsafeGetTensorImpl()->version_counter();
+      storage_.at(hit->second).versions.emplace_back(counter, counter.current_version());
+    });
+  }
+}
+
+// Note [Copy on write]
+// A cached output is an alias: it shares storage with the tensor the forward
+// goes on using. When a forward op is about to write into that storage (an
+// in-place op or out= argument on the output itself, on a view of it, or on an
+// unsafe alias such as the _unsafe_view after mm), the entry first takes a
+// private copy of what it saved, so the recompute is served the values the op
+// produced. Writes hpac cannot see (user code after the region) are caught by
+// the version check at serve time instead.
+void Invocation::copyOnWrite(const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
+  const std::vector<bool> written = writtenArguments(schema);
+  const size_t args_begin = stack.size() - written.size();
+  for (size_t i = 0; i < written.size(); ++i) {
+    if (!written[i]) continue;
+    forEachTensor(stack[args_begin + i], [&](const at::Tensor& t) {
+      if (!t.defined() || !t.has_storage()) return;
+      const auto hit = cached_storage_.find(t.storage().unsafeGetStorageImpl());
+      if (hit == cached_storage_.end()) return;
+      Entry& entry = storage_.at(hit->second);
+      c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
+      for (c10::IValue& out : entry.outputs) {
+        out = mapTensors(out, [](const at::Tensor& cached) { return cached.defined() ? cached.clone() : cached; });
+      }
+      for (const c10::StorageImpl* s : entry.storages) cached_storage_.erase(s);
+      entry.storages.clear();
+      entry.versions.clear();  // private copies: nothing else can write to them
+    });
   }
 }
 
@@ -241,7 +297,9 @@ void Invocation::save(const c10::OperatorHandle& op, c10::DispatchKeySet ks, int
       entry.bytes += tensorBytes(t);
       if (options_.allow_cache_mutation) return t.clone();
       at::Tensor alias = detachedAlias(t);
-      entry.versions.emplace_back(alias, alias.unsafeGetTensorImpl()->version_counter().current_version());
+      const c10::VariableVersion& counter = alias.unsafeGetTensorImpl()->version_counter();
+      entry.versions.emplace_back(counter, counter.current_version());
+      if (alias.has_storage()) entry.storages.push_back(alias.storage().unsafeGetStorageImpl());
       return alias;
     }));
   }
@@ -249,6 +307,7 @@ void Invocation::save(const c10::OperatorHandle& op, c10::DispatchKeySet ks, int
   stats_.saved_bytes += entry.bytes;
   ++stored_entries_;
   stored_bytes_ += entry.bytes;
+  for (const c10::StorageImpl* s : entry.storages) cached_storage_[s] = Key{opId(op), occurrence};
   const bool inserted = storage_.emplace(Key{opId(op), occurrence}, std::move(entry)).second;
   TORCH_INTERNAL_ASSERT(inserted, "hpac: duplicate storage key for ", opName(op), " occurrence ", occurrence);
 }
@@ -268,8 +327,8 @@ void Invocation::serve(const c10::OperatorHandle& op, int64_t occurrence, torch:
               "Saved outputs are released as they are served; for a second backward use full "
               "checkpointing (no policy) for this region or run the forward again.");
   if (!options_.allow_cache_mutation) {
-    for (const auto& [alias, version] : entry.versions) {
-      const uint32_t now = alias.unsafeGetTensorImpl()->version_counter().current_version();
+    for (const auto& [counter, version] : entry.versions) {
+      const uint32_t now = counter.current_version();
       TORCH_CHECK(now == version, "hpac: the cached output of ", opName(op), " occurrence ", occurrence,
                   " of invocation ", id_, " was modified in place after it was saved (version ", version,
                   " at save, ", now, " now), so serving it would give wrong gradients. Don't mutate the "
@@ -309,6 +368,7 @@ void Invocation::serve(const c10::OperatorHandle& op, int64_t occurrence, torch:
   ++stats_.served;
   --stored_entries_;
   stored_bytes_ -= entry.bytes;
+  for (const c10::StorageImpl* s : entry.storages) cached_storage_.erase(s);
   entry = Entry{};
   entry.served = true;
 }

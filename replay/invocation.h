@@ -91,7 +91,11 @@ class Invocation {
   struct Entry {
     std::vector<c10::IValue> outputs;           // detached aliases (or clones) of the returns
     std::vector<at::Tensor> written;            // snapshots of arguments the op wrote
-    std::vector<std::pair<at::Tensor, uint32_t>> versions;  // aliases and their version at save
+    // Version counters watched for in-place writes, with their value when
+    // watching began: the cached aliases' own, and those of unsafe aliases of
+    // them (Note [Unsafe aliases]).
+    std::vector<std::pair<c10::VariableVersion, uint32_t>> versions;
+    std::vector<const c10::StorageImpl*> storages;  // of the cached aliases
     int64_t bytes = 0;
     bool served = false;
   };
@@ -105,7 +109,12 @@ class Invocation {
   const ResolvedOpTables& tables_;
   std::unique_ptr<Policy> policy_;
   std::unordered_map<OpId, int64_t> occurrences_[2];
+  void watchUnsafeAliases(const torch::jit::Stack& stack, size_t num_returns);
+  void copyOnWrite(const c10::FunctionSchema& schema, const torch::jit::Stack& stack);
+
   std::unordered_map<Key, Entry, KeyHash> storage_;
+  // Storage of every cached alias still held -> its entry.
+  std::unordered_map<const c10::StorageImpl*, Key> cached_storage_;
   size_t stored_entries_ = 0;
   int64_t stored_bytes_ = 0;
   InvocationStats stats_;

@@ -177,20 +177,8 @@ TEST_F(ReplayTest, SecondRecomputeIsAnExtraBackward) {
 
 TEST_F(ReplayTest, MutatedCacheIsAnErrorUnlessAllowed) {
   const at::Tensor a = at::randn({3, 3});
-  {
+  {  // a write inside the region: hpac sees it coming and keeps a private copy (Note [Copy on write])
     Invocation inv(saveListPolicy({"hpac_test::counted_mm"}));
-    {
-      RegionGuard region(inv, Phase::kForward);
-      at::Tensor out = callCountedMm(a, a);
-      out.add_(1);  // user code mutates the cached output
-    }
-    RegionGuard region(inv, Phase::kRecompute);
-    const std::string msg = messageOf([&] { callCountedMm(a, a); });
-    EXPECT_NE(msg.find("was modified in place after it was saved"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("hpac_test::counted_mm"), std::string::npos) << msg;
-  }
-  {
-    Invocation inv(saveListPolicy({"hpac_test::counted_mm"}), InvocationOptions{/*allow_cache_mutation=*/true});
     at::Tensor original;
     {
       RegionGuard region(inv, Phase::kForward);
@@ -198,6 +186,32 @@ TEST_F(ReplayTest, MutatedCacheIsAnErrorUnlessAllowed) {
       original = out.clone();
       out.add_(1);
     }
+    RegionGuard region(inv, Phase::kRecompute);
+    EXPECT_TRUE(at::equal(callCountedMm(a, a), original));
+    EXPECT_EQ(counted_mm_calls, 1);  // still served, not recomputed
+  }
+  {  // a write after the region, which hpac does not see: refused at serve time
+    Invocation inv(saveListPolicy({"hpac_test::counted_mm"}));
+    at::Tensor out;
+    {
+      RegionGuard region(inv, Phase::kForward);
+      out = callCountedMm(a, a);
+    }
+    out.add_(1);
+    RegionGuard region(inv, Phase::kRecompute);
+    const std::string msg = messageOf([&] { callCountedMm(a, a); });
+    EXPECT_NE(msg.find("was modified in place after it was saved"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("hpac_test::counted_mm"), std::string::npos) << msg;
+  }
+  {  // allowed: outputs are cloned at save
+    Invocation inv(saveListPolicy({"hpac_test::counted_mm"}), InvocationOptions{/*allow_cache_mutation=*/true});
+    at::Tensor out, original;
+    {
+      RegionGuard region(inv, Phase::kForward);
+      out = callCountedMm(a, a);
+      original = out.clone();
+    }
+    out.add_(1);
     RegionGuard region(inv, Phase::kRecompute);
     EXPECT_TRUE(at::equal(callCountedMm(a, a), original));  // the clone taken at save time
   }
@@ -265,6 +279,72 @@ TEST(Region, OpsInsideKernelsAreNotCounted) {
     at::softmax(at::addmm(b, x, w), -1);
   }
   EXPECT_EQ(inv.stats().ops_forward, 2);  // addmm, _softmax
+}
+
+}  // namespace
+}  // namespace hpac
+
+namespace hpac {
+namespace {
+
+// Note [Copy on write] / [Unsafe aliases]: matmul on a non-contiguous 3-D input
+// is mm + _unsafe_view; add_ on the result writes into the cached mm output
+// without touching its version counter. Inside the region hpac sees the write
+// coming and keeps a private copy; a write it cannot see (after the region)
+// is refused at serve time. Never silently wrong.
+TEST(Replay, WritesInsideTheRegionThroughUnsafeViewsCopyOnWrite) {
+  at::manual_seed(0);
+  const at::Tensor x = at::randn({3, 2, 8}), w = at::randn({8, 8});
+  Invocation inv(saveListPolicy({"aten::mm"}));
+  auto fn = [&] {
+    at::Tensor y = at::matmul(x.transpose(0, 1), w);
+    y.add_(1.0);
+    return y;
+  };
+  at::Tensor fwd, rec;
+  {
+    RegionGuard region(inv, Phase::kForward);
+    fwd = fn();
+  }
+  {
+    RegionGuard region(inv, Phase::kRecompute);
+    rec = fn();
+  }
+  EXPECT_EQ(inv.stats().served, 1);
+  EXPECT_TRUE(at::equal(fwd, rec));  // served the mm output as produced, then add_ again: the same result
+}
+
+TEST(Replay, WritesAfterTheRegionThroughUnsafeViewsAreCaught) {
+  at::manual_seed(0);
+  const at::Tensor x = at::randn({3, 2, 8}), w = at::randn({8, 8});
+  Invocation inv(saveListPolicy({"aten::mm"}));
+  at::Tensor y;
+  {
+    RegionGuard region(inv, Phase::kForward);
+    y = at::matmul(x.transpose(0, 1), w);
+  }
+  y.add_(1.0);  // user code after the region: hpac does not see the write itself
+  RegionGuard region(inv, Phase::kRecompute);
+  const std::string msg = messageOf([&] { at::matmul(x.transpose(0, 1), w); });
+  EXPECT_NE(msg.find("the cached output of aten::mm (default overload) occurrence 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("was modified in place after it was saved"), std::string::npos) << msg;
+}
+
+TEST(Replay, UnsafeViewsWithoutWritesServeNormally) {
+  at::manual_seed(0);
+  const at::Tensor x = at::randn({3, 2, 8}), w = at::randn({8, 8});
+  Invocation inv(saveListPolicy({"aten::mm"}));
+  at::Tensor fwd, rec;
+  {
+    RegionGuard region(inv, Phase::kForward);
+    fwd = at::matmul(x.transpose(0, 1), w).tanh();
+  }
+  {
+    RegionGuard region(inv, Phase::kRecompute);
+    rec = at::matmul(x.transpose(0, 1), w).tanh();
+  }
+  EXPECT_EQ(inv.stats().served, 1);
+  EXPECT_TRUE(at::equal(fwd, rec));
 }
 
 }  // namespace

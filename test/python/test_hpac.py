@@ -138,17 +138,49 @@ def test_error_backward_an_extra_time():
 def test_error_mutated_cache_and_allowed_mutation():
     w = torch.randn(6, 6, requires_grad=True)
     x = torch.randn(3, 6, requires_grad=True)
+    fn = lambda t: t @ w  # its output is the saved output of aten::mm
+
+    def step(ck, **kw):
+        y = hpac.checkpoint(fn, x, policy=["aten::mm"], **kw) if ck else fn(x)
+        y.mul_(2)  # user code mutates the region's output (the cached tensor) after the region
+        return torch.autograd.grad(y.tanh().sum(), [x, w])
+
+    with pytest.raises(RuntimeError, match=r"cached output of aten::mm .* was modified in place"):
+        step(True)
+    got, ref = step(True, allow_cache_mutation=True), step(False)
+    assert all(torch.equal(a, b) for a, b in zip(got, ref))
+
+
+def test_write_inside_the_region_to_a_cached_output_is_exact():
+    w = torch.randn(6, 6, requires_grad=True)
+    x = torch.randn(3, 6, requires_grad=True)
 
     def fn(t):
         y = t @ w
-        y.add_(1)  # mutates the saved output of aten::mm
+        y.add_(1.0)  # writes into the saved output of aten::mm: hpac keeps a private copy first
         return y.tanh()
 
-    y = hpac.checkpoint(fn, x, policy=["aten::mm"])
-    with pytest.raises(RuntimeError, match=r"cached output of aten::mm .* was modified in place"):
-        y.sum().backward()
     ref = torch.autograd.grad(fn(x).sum(), [x, w])
-    got = torch.autograd.grad(hpac.checkpoint(fn, x, policy=["aten::mm"], allow_cache_mutation=True).sum(), [x, w])
+    got = torch.autograd.grad(hpac.checkpoint(fn, x, policy=["aten::mm"]).sum(), [x, w])
+    assert all(torch.equal(a, b) for a, b in zip(got, ref))
+
+
+def test_write_through_unsafe_view_of_a_cached_output_is_exact():
+    # matmul on a non-contiguous 3-D input is mm + _unsafe_view; add_ on the result writes into the cached mm
+    # output without bumping its version counter. hpac copies the entry before the write (Note [Copy on write]).
+    torch.manual_seed(0)
+    w = torch.randn(8, 8, requires_grad=True)
+    x = torch.randn(3, 2, 8, requires_grad=True)
+
+    def fn(t):
+        y = torch.matmul(t.transpose(0, 1), w)
+        y.add_(1.0)
+        return y.tanh()
+
+    ref = torch.autograd.grad(fn(x).sum(), [x, w])
+    hpac.reset_global_stats()
+    got = torch.autograd.grad(hpac.checkpoint(fn, x, policy=["aten::mm"]).sum(), [x, w])
+    assert hpac.global_stats()["served"] == 1
     assert all(torch.equal(a, b) for a, b in zip(got, ref))
 
 
