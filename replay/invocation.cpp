@@ -116,15 +116,20 @@ at::Tensor detachedAlias(const at::Tensor& t) {
   return at::Tensor(impl->shallow_copy_and_detach(impl->version_counter(), /*allow_tensor_metadata_change=*/true));
 }
 
+// The one list of InvocationStats fields: a += k * b.
+static void addScaled(InvocationStats& a, const InvocationStats& b, int64_t k) {
+  a.ops_forward += k * b.ops_forward;
+  a.ops_recompute += k * b.ops_recompute;
+  a.saved += k * b.saved;
+  a.saved_bytes += k * b.saved_bytes;
+  a.served += k * b.served;
+  a.recomputed += k * b.recomputed;
+  a.ignored += k * b.ignored;
+  a.recomputes += k * b.recomputes;
+}
+
 InvocationStats& InvocationStats::operator+=(const InvocationStats& o) {
-  ops_forward += o.ops_forward;
-  ops_recompute += o.ops_recompute;
-  saved += o.saved;
-  saved_bytes += o.saved_bytes;
-  served += o.served;
-  recomputed += o.recomputed;
-  ignored += o.ignored;
-  recomputes += o.recomputes;
+  addScaled(*this, o, 1);
   return *this;
 }
 
@@ -156,14 +161,7 @@ void Invocation::beginPhase(Phase phase) {
 
 void Invocation::endPhase() {
   InvocationStats delta = stats_;
-  delta.ops_forward -= reported_.ops_forward;
-  delta.ops_recompute -= reported_.ops_recompute;
-  delta.saved -= reported_.saved;
-  delta.saved_bytes -= reported_.saved_bytes;
-  delta.served -= reported_.served;
-  delta.recomputed -= reported_.recomputed;
-  delta.ignored -= reported_.ignored;
-  delta.recomputes -= reported_.recomputes;
+  addScaled(delta, reported_, -1);
   reported_ = stats_;
   std::lock_guard<std::mutex> lock(globalMutex());
   globalTotals() += delta;
