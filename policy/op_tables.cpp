@@ -49,7 +49,10 @@ constexpr OpEntry kMatmulOps[] = {
     {"aten::mm", kRequired},
 };
 
-// Saved: compute-intensive ops, attention kernels, max, collectives.
+// Saved: compute-intensive ops, attention kernels, max, collectives. The
+// point-to-point pair c10d::send / c10d::recv_ (an all-to-all on backends
+// without one, tools/dist) must be saved together: a recompute that re-sent
+// while its peer was served would leave a message nobody receives.
 constexpr OpEntry kSaveOps[] = {
     {"_c10d_functional::all_reduce", kOptional},
     {"_c10d_functional::all_to_all_single", kOptional},
@@ -74,8 +77,10 @@ constexpr OpEntry kSaveOps[] = {
     {"c10d::allreduce_", kOptional},
     {"c10d::alltoall_", kOptional},
     {"c10d::alltoall_base_", kOptional},
+    {"c10d::recv_", kOptional},
     {"c10d::reduce_scatter_", kOptional},
     {"c10d::reduce_scatter_tensor_coalesced_", kOptional},
+    {"c10d::send", kOptional},
     {"npu::npu_fusion_attention", kOptional},
 };
 

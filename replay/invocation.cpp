@@ -97,10 +97,35 @@ int64_t aliasedArgument(const c10::FunctionSchema& schema, size_t return_index) 
   return -1;
 }
 
-void waitIfWork(const c10::IValue& v) {
-  if (!v.isCustomClass()) return;
-  if (v.type()->str() != "__torch__.torch.classes.c10d.Work") return;
-  v.toCustomClass<c10d::Work>()->wait();
+bool isWork(const c10::IValue& v) {
+  return v.isCustomClass() && v.type()->str() == "__torch__.torch.classes.c10d.Work";
+}
+
+// Note [Served Work handles]
+// A Work may be waited only once on some backends: Gloo's send and recv wait
+// consumes one completion of the underlying buffer, and a second wait blocks
+// until the timeout. So whenever hpac waits a saved op's Work itself (the
+// in-place collectives, to snapshot their results), the caller is handed a
+// Work that is already complete in its place; and what a recompute is served
+// is always such a completed Work, never the forward's handle (which the
+// forward's caller has waited, or will).
+class CompletedWork final : public c10d::Work {
+ public:
+  CompletedWork() { finish(); }
+};
+
+c10::IValue completedWork() {
+  c10::intrusive_ptr<c10d::Work> work = c10::make_intrusive<CompletedWork>();
+  return c10::IValue(std::move(work));
+}
+
+// Waits every Work among the returns and replaces it by a completed one.
+void waitWorks(torch::jit::Stack* stack, size_t num_returns) {
+  for (size_t j = stack->size() - num_returns; j < stack->size(); ++j) {
+    if (!isWork((*stack)[j])) continue;
+    (*stack)[j].toCustomClass<c10d::Work>()->wait();
+    (*stack)[j] = completedWork();
+  }
 }
 
 std::string opName(const c10::OperatorHandle& op) {
@@ -270,10 +295,8 @@ void Invocation::save(const c10::OperatorHandle& op, c10::DispatchKeySet ks, int
   runBelowHpac(op, ks, stack);
 
   const size_t num_returns = schema.returns().size();
-  if (!written_args.empty()) {
-    // An asynchronous op's results are final once its Work completes.
-    for (size_t j = 0; j < num_returns; ++j) waitIfWork((*stack)[stack->size() - num_returns + j]);
-  }
+  // An asynchronous op's results are final once its Work completes (Note [Served Work handles]).
+  if (!written_args.empty()) waitWorks(stack, num_returns);
   Entry entry;
   // Clones (only when mutation is allowed, or for snapshots) must not be seen as region ops.
   c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
@@ -288,6 +311,10 @@ void Invocation::save(const c10::OperatorHandle& op, c10::DispatchKeySet ks, int
     const c10::IValue& ret = (*stack)[stack->size() - num_returns + j];
     if (aliasedArgument(schema, j) >= 0) {
       entry.outputs.emplace_back();  // served as the recompute's own argument
+      continue;
+    }
+    if (isWork(ret)) {
+      entry.outputs.push_back(completedWork());
       continue;
     }
     entry.outputs.push_back(mapTensors(ret, [&](const at::Tensor& t) {

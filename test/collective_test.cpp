@@ -4,7 +4,13 @@
 // forward 1, recompute 0); full re-issues it symmetrically on both ranks; both
 // give gradients bit-identical to the same step without checkpointing.
 // See Note [In-place collectives] in replay/invocation.cpp.
+//
+// The expert-parallel all-to-all (tools/dist, built from c10d::send and
+// c10d::recv_ because Gloo on 1.13 has no alltoall) on three ranks: selective
+// serves both sides in the recompute and re-issues nothing; full re-issues
+// them symmetrically; gradients bit-identical to no checkpointing.
 #include "policy/selective_policy.h"
+#include "tools/dist/dist.h"
 #include "replay/checkpoint.h"
 #include "tools/evidence.h"
 
@@ -119,6 +125,96 @@ TEST(Collectives, FullReissuesTheAllReduceSymmetrically) {
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_EQ(full[rank].forward_calls, 1);
     EXPECT_EQ(full[rank].total_calls, 2) << "rank " << rank << ": forward 1 + recompute 1";
+    EXPECT_EQ(maxAbsDiff(full[rank].grads, off[rank].grads), 0.0) << "rank " << rank;
+  }
+}
+
+// Three ranks exchange rows (uneven counts, one pair exchanging nothing), each
+// applies its own "expert" weight to what it received, and sends the results
+// back: the dispatch / combine of an expert-parallel MoE layer.
+struct ExchangeResult {
+  std::vector<at::Tensor> grads;
+  int64_t sends_forward = -1, recvs_forward = -1, sends_recompute = -1, recvs_recompute = -1, sends_total = -1;
+  int64_t expected_sends = 0;  // non-empty chunks to peers: dispatch + combine
+  InvocationStats stats;
+};
+
+ExchangeResult runExchangeRank(int rank, const c10::intrusive_ptr<c10d::Store>& store, Mode mode) {
+  constexpr int kRanks = 3;
+  dist::CollectiveCounts counts;
+  auto options = c10d::ProcessGroupGloo::Options::create();
+  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  c10::intrusive_ptr<c10d::ProcessGroup> pg = c10::make_intrusive<dist::CountingGloo>(store, rank, kRanks, options, &counts);
+  // send[r][d]: rows rank r sends to rank d (rank 0 sends nothing to rank 2).
+  const int64_t send[kRanks][kRanks] = {{2, 3, 0}, {1, 1, 2}, {3, 2, 1}};
+  std::vector<int64_t> send_counts, recv_counts;
+  for (int d = 0; d < kRanks; ++d) send_counts.push_back(send[rank][d]);
+  for (int s = 0; s < kRanks; ++s) recv_counts.push_back(send[s][rank]);
+  ExchangeResult r;
+  for (int peer = 0; peer < kRanks; ++peer) {
+    if (peer != rank) r.expected_sends += (send_counts[peer] > 0) + (recv_counts[peer] > 0);
+  }
+  at::Generator gen = at::detail::createCPUGenerator(200 + rank);
+  const at::Tensor expert = at::randn({6, 6}, gen).set_requires_grad(true);
+  const at::Tensor x = at::randn({send_counts[0] + send_counts[1] + send_counts[2], 6}, gen).set_requires_grad(true);
+  auto layer = [&](const at::Tensor& in) {
+    const at::Tensor received = dist::allToAll(at::tanh(in), send_counts, recv_counts, pg);
+    const at::Tensor processed = at::relu(at::mm(received, expert));
+    return dist::allToAll(processed, recv_counts, send_counts, pg) * in;
+  };
+  auto stats = std::make_shared<InvocationStats>();
+  at::Tensor y;
+  if (mode == Mode::kOff) {
+    y = layer(x);
+  } else {
+    CheckpointOptions o;
+    if (mode == Mode::kSelective) o.policy = selectivePolicy();
+    o.stats_out = stats;
+    y = checkpoint(layer, x, o);
+  }
+  y.pow(2).sum().backward();
+  r.sends_forward = counts.send.forward;
+  r.recvs_forward = counts.recv.forward;
+  r.sends_recompute = counts.send.recompute;
+  r.recvs_recompute = counts.recv.recompute;
+  r.sends_total = counts.send.forward + counts.send.recompute + counts.send.other;
+  r.stats = *stats;
+  r.grads = {x.grad(), expert.grad()};
+  return r;
+}
+
+std::vector<ExchangeResult> runThreeRanks(Mode mode) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<ExchangeResult> results(3);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 3; ++rank) {
+    ranks.emplace_back([&, rank] { results[rank] = runExchangeRank(rank, store, mode); });
+  }
+  for (auto& t : ranks) t.join();
+  return results;
+}
+
+TEST(Collectives, SelectiveServesTheAllToAllWithoutReissuingIt) {
+  const auto off = runThreeRanks(Mode::kOff);
+  const auto sel = runThreeRanks(Mode::kSelective);
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_EQ(off[rank].sends_total, 2 * off[rank].expected_sends) << "rank " << rank << ": forward + backward";
+    EXPECT_EQ(sel[rank].sends_forward, sel[rank].expected_sends) << "rank " << rank;
+    EXPECT_EQ(sel[rank].recvs_forward, sel[rank].expected_sends) << "rank " << rank;
+    EXPECT_EQ(sel[rank].sends_recompute, 0) << "rank " << rank << ": the recompute re-sent";
+    EXPECT_EQ(sel[rank].recvs_recompute, 0) << "rank " << rank << ": the recompute received again";
+    EXPECT_GE(sel[rank].stats.served, sel[rank].sends_forward + sel[rank].recvs_forward) << "rank " << rank;
+    EXPECT_EQ(maxAbsDiff(sel[rank].grads, off[rank].grads), 0.0) << "rank " << rank;
+  }
+}
+
+TEST(Collectives, FullReissuesTheAllToAllSymmetrically) {
+  const auto off = runThreeRanks(Mode::kOff);
+  const auto full = runThreeRanks(Mode::kFull);
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_EQ(full[rank].sends_forward, full[rank].expected_sends) << "rank " << rank;
+    EXPECT_EQ(full[rank].sends_recompute, full[rank].sends_forward) << "rank " << rank;
+    EXPECT_EQ(full[rank].recvs_recompute, full[rank].recvs_forward) << "rank " << rank;
     EXPECT_EQ(maxAbsDiff(full[rank].grads, off[rank].grads), 0.0) << "rank " << rank;
   }
 }

@@ -1,5 +1,7 @@
 #include "tools/dist/dist.h"
 
+#include "replay/region.h"
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -57,6 +59,90 @@ struct ReduceFromTp : public torch::autograd::Function<ReduceFromTp> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
                                                  torch::autograd::variable_list grad) {
     return {grad[0], at::Tensor()};
+  }
+};
+
+// Rows [offset(counts, r), + counts[r]) of a buffer laid out rank after rank.
+std::vector<int64_t> offsets(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> o(counts.size() + 1, 0);
+  for (size_t r = 0; r < counts.size(); ++r) o[r + 1] = o[r] + counts[r];
+  return o;
+}
+
+// The exchange itself. Every send is posted before any receive is waited (a
+// rank blocked in a receive never holds back a send its peer waits for), and
+// only non-empty chunks travel: both sides know every count, so they skip the
+// same messages. One tag; messages between a pair of ranks match in order.
+at::Tensor exchangeRows(const at::Tensor& x, const std::vector<int64_t>& send_counts,
+                        const std::vector<int64_t>& recv_counts, const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  const int n = pg->getSize(), rank = pg->getRank();
+  TORCH_CHECK(static_cast<int>(send_counts.size()) == n && static_cast<int>(recv_counts.size()) == n,
+              "hpac dist: allToAll needs one send and one receive count per rank of the group (", n, "), got ",
+              send_counts.size(), " and ", recv_counts.size());
+  TORCH_CHECK(send_counts[rank] == recv_counts[rank], "hpac dist: allToAll keeps ", send_counts[rank],
+              " rows on rank ", rank, " but expects to receive ", recv_counts[rank], " from itself");
+  const std::vector<int64_t> so = offsets(send_counts), ro = offsets(recv_counts);
+  TORCH_CHECK(x.size(0) == so[n], "hpac dist: allToAll sends ", so[n], " rows but the input has ", x.size(0));
+  const at::Tensor src = x.contiguous();
+  std::vector<int64_t> shape = src.sizes().vec();
+  shape[0] = ro[n];
+  at::Tensor out = at::empty(shape, src.options());
+  constexpr int kTag = 0;
+  std::vector<std::vector<at::Tensor>> sent;
+  std::vector<c10::intrusive_ptr<c10d::Work>> sends;
+  for (int k = 1; k < n; ++k) {
+    const int dst = (rank + k) % n;
+    if (send_counts[dst] == 0) continue;
+    sent.push_back({src.narrow(0, so[dst], send_counts[dst])});
+    sends.push_back(c10d::ops::send(pg, sent.back(), dst, kTag));
+  }
+  if (send_counts[rank] > 0) out.narrow(0, ro[rank], recv_counts[rank]).copy_(src.narrow(0, so[rank], send_counts[rank]));
+  for (int k = 1; k < n; ++k) {
+    const int from = (rank - k + n) % n;
+    if (recv_counts[from] == 0) continue;
+    std::vector<at::Tensor> into{out.narrow(0, ro[from], recv_counts[from])};
+    c10d::ops::recv(pg, into, from, kTag)->wait();
+  }
+  for (auto& w : sends) w->wait();
+  return out;
+}
+
+struct AllToAll : public torch::autograd::Function<AllToAll> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, std::vector<int64_t> send,
+                            std::vector<int64_t> recv, c10::intrusive_ptr<c10d::ProcessGroup> pg) {
+    ctx->saved_data["pg"] = c10::IValue(pg);
+    ctx->saved_data["send"] = c10::IValue(send);
+    ctx->saved_data["recv"] = c10::IValue(recv);
+    return exchangeRows(x, send, recv, pg);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    auto pg = ctx->saved_data["pg"].toCustomClass<c10d::ProcessGroup>();
+    const std::vector<int64_t> send = ctx->saved_data["send"].toIntVector();
+    const std::vector<int64_t> recv = ctx->saved_data["recv"].toIntVector();
+    return {exchangeRows(grad[0], recv, send, pg), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+struct FsdpGather : public torch::autograd::Function<FsdpGather> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& local,
+                            c10::intrusive_ptr<c10d::ProcessGroup> pg, std::vector<int64_t> shape) {
+    ctx->saved_data["pg"] = c10::IValue(pg);
+    // The buffers come from empty_like and the result is a view: ops hpac ignores.
+    std::vector<std::vector<at::Tensor>> outs(1);
+    for (int r = 0; r < pg->getSize(); ++r) outs[0].push_back(at::empty_like(local));
+    std::vector<at::Tensor> in{local};
+    c10d::ops::allgather(pg, outs, in)->wait();
+    return at::cat(outs[0]).view(shape);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    auto pg = ctx->saved_data["pg"].toCustomClass<c10d::ProcessGroup>();
+    // Gloo has no reduce_scatter on 1.13: all-reduce, keep this rank's slice.
+    std::vector<at::Tensor> g{grad[0].reshape({-1}).clone()};
+    c10d::ops::allreduce(pg, g)->wait();
+    const int64_t n = g[0].numel() / pg->getSize();
+    return {g[0].narrow(0, pg->getRank() * n, n).div(pg->getSize()), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -138,6 +224,58 @@ void allReduceGradients(const std::vector<at::Tensor>& params, const c10::intrus
     allreduce(one, pg);
     g.div_(pg->getSize());
   }
+}
+
+at::Tensor allToAll(const at::Tensor& x, const std::vector<int64_t>& send_counts,
+                    const std::vector<int64_t>& recv_counts, const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  return AllToAll::apply(x, send_counts, recv_counts, pg);
+}
+
+at::Tensor exchangeCounts(const at::Tensor& counts, const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  TORCH_CHECK(counts.dim() == 2 && counts.size(0) == pg->getSize() && counts.scalar_type() == at::kLong,
+              "hpac dist: exchangeCounts needs an int64 table with one row per rank (", pg->getSize(), "), got ",
+              counts.sizes(), " ", counts.scalar_type());
+  const std::vector<int64_t> one(static_cast<size_t>(pg->getSize()), 1);
+  return exchangeRows(counts, one, one, pg);
+}
+
+at::Tensor fsdpGather(const at::Tensor& local, const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+                      const std::vector<int64_t>& shape) {
+  return FsdpGather::apply(local, pg, shape);
+}
+
+void PhaseCounts::count() {
+  const RegionState& region = currentRegion();
+  if (region.invocation == nullptr) {
+    ++other;
+  } else if (region.phase == Phase::kForward) {
+    ++forward;
+  } else {
+    ++recompute;
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> CountingGloo::allreduce(std::vector<at::Tensor>& tensors,
+                                                       const c10d::AllreduceOptions& opts) {
+  counts_->allreduce.count();
+  return ProcessGroupGloo::allreduce(tensors, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> CountingGloo::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                       std::vector<at::Tensor>& inputs,
+                                                       const c10d::AllgatherOptions& opts) {
+  counts_->allgather.count();
+  return ProcessGroupGloo::allgather(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> CountingGloo::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  counts_->send.count();
+  return ProcessGroupGloo::send(tensors, dst, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> CountingGloo::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  counts_->recv.count();
+  return ProcessGroupGloo::recv(tensors, src, tag);
 }
 
 }  // namespace dist

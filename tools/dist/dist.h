@@ -10,6 +10,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 
@@ -49,6 +50,68 @@ at::Tensor reduceFromTensorParallel(const at::Tensor& x, const c10::intrusive_pt
 
 // Data parallelism: sums every defined gradient over `pg` and divides by its size.
 void allReduceGradients(const std::vector<at::Tensor>& params, const c10::intrusive_ptr<c10d::ProcessGroup>& pg);
+
+// Expert parallelism: the all-to-all token exchange, differentiable. The rows
+// of `x` [N, ...] go out in order: the first send_counts[0] to rank 0 of `pg`,
+// the next send_counts[1] to rank 1, ...; the result holds recv_counts[0] rows
+// from rank 0, then recv_counts[1] from rank 1, ... Backward sends the
+// gradient rows back the same way. libtorch 1.13's Gloo has neither the list
+// alltoall nor a dispatcher-routed alltoall_base, so the exchange is built
+// from the dispatcher-routed point-to-point ops c10d::send / c10d::recv_
+// (every send posted before any receive is waited: no ordering deadlock);
+// hpac sees each one, and the selective policy saves both sides (Note
+// [Served Work handles] in replay/invocation.cpp).
+at::Tensor allToAll(const at::Tensor& x, const std::vector<int64_t>& send_counts,
+                    const std::vector<int64_t>& recv_counts, const c10::intrusive_ptr<c10d::ProcessGroup>& pg);
+
+// Exchanges a count table: row r of `counts` (int64 [size, k]) goes to rank
+// r; row r of the result is what rank r sent to this one. Not differentiable.
+at::Tensor exchangeCounts(const at::Tensor& counts, const c10::intrusive_ptr<c10d::ProcessGroup>& pg);
+
+// FSDP-style parameter sharding: `local` is this rank's 1/size flat slice of a
+// weight of `shape`. The full weight is all-gathered (c10d::allgather_
+// through the dispatcher) every time this is called — in a layer's forward
+// and again in its recompute — and lives only as long as its users. Backward
+// sums the full gradient over `pg` and returns this rank's slice divided by
+// the group size (the data-parallel mean).
+at::Tensor fsdpGather(const at::Tensor& local, const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+                      const std::vector<int64_t>& shape);
+
+// Process-group calls counted by the checkpoint region active on the calling
+// thread: inside a forward region, inside a recompute region, elsewhere.
+struct PhaseCounts {
+  std::atomic<int64_t> forward{0}, recompute{0}, other{0};
+  void reset() { forward = recompute = other = 0; }
+  void count();
+};
+struct CollectiveCounts {
+  PhaseCounts allreduce, allgather, send, recv;
+  void reset() {
+    allreduce.reset();
+    allgather.reset();
+    send.reset();
+    recv.reset();
+  }
+};
+
+// ProcessGroupGloo that counts its allreduce / allgather / send / recv calls
+// into `counts` (which must outlive it).
+class CountingGloo final : public c10d::ProcessGroupGloo {
+ public:
+  CountingGloo(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, c10::intrusive_ptr<Options> options,
+               CollectiveCounts* counts)
+      : ProcessGroupGloo(store, rank, size, std::move(options)), counts_(counts) {}
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+
+ private:
+  CollectiveCounts* counts_;
+};
 
 }  // namespace dist
 }  // namespace hpac

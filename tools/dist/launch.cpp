@@ -9,16 +9,9 @@
 // are terminated, and hpac-launch exits 1 naming the failed ranks. No rank
 // ever waits forever on a dead peer: the process groups have timeouts of their
 // own (HPAC_DIST_TIMEOUT_S), and the launcher bounds the rest.
-#include <netinet/in.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include "tools/dist/launcher.h"
 
-#include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -41,44 +34,6 @@ long parseInt(const std::string& flag, const std::string& v, long lo, long hi) {
                "'");
   }
   return x;
-}
-
-int freePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    std::cerr << "hpac-launch: cannot find a free loopback port: " << std::strerror(errno) << "\n";
-    std::exit(1);
-  }
-  const int port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
-}
-
-struct Rank {
-  pid_t pid = -1;
-  int out_fd = -1;
-  std::string pending;
-  bool running = true;
-  int status = 0;
-};
-
-void flushLines(int rank, Rank& r, bool all) {
-  size_t pos;
-  while ((pos = r.pending.find('\n')) != std::string::npos) {
-    std::cout << "[rank " << rank << "] " << r.pending.substr(0, pos + 1);
-    r.pending.erase(0, pos + 1);
-  }
-  if (all && !r.pending.empty()) {
-    std::cout << "[rank " << rank << "] " << r.pending << "\n";
-    r.pending.clear();
-  }
-  std::cout.flush();
 }
 
 }  // namespace
@@ -112,106 +67,11 @@ int main(int argc, char** argv) {
   }
   if (nproc < 1) usageError("--nproc is required");
   if (i >= argc) usageError("no command after --");
-  if (port == 0) port = freePort();
 
-  std::vector<Rank> ranks(static_cast<size_t>(nproc));
-  for (long r = 0; r < nproc; ++r) {
-    int fds[2];
-    if (pipe(fds) != 0) {
-      std::cerr << "hpac-launch: pipe failed: " << std::strerror(errno) << "\n";
-      return 1;
-    }
-    const pid_t pid = fork();
-    if (pid == 0) {
-      dup2(fds[1], STDOUT_FILENO);
-      dup2(fds[1], STDERR_FILENO);
-      close(fds[0]);
-      close(fds[1]);
-      setenv("HPAC_RANK", std::to_string(r).c_str(), 1);
-      setenv("HPAC_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-      setenv("HPAC_MASTER_ADDR", addr.c_str(), 1);
-      setenv("HPAC_MASTER_PORT", std::to_string(port).c_str(), 1);
-      execvp(argv[i], argv + i);
-      std::cerr << "hpac-launch: cannot run '" << argv[i] << "': " << std::strerror(errno) << "\n";
-      _exit(127);
-    }
-    close(fds[1]);
-    ranks[r].pid = pid;
-    ranks[r].out_fd = fds[0];
-  }
-  std::cout << "[hpac-launch] " << nproc << " ranks, rendezvous " << addr << ":" << port << "\n";
-
-  using Clock = std::chrono::steady_clock;
-  Clock::time_point first_failure{};
-  bool failed = false, terminated = false;
-  size_t running = ranks.size();
-  while (running > 0) {
-    std::vector<pollfd> fds;
-    for (auto& r : ranks) {
-      if (r.out_fd >= 0) fds.push_back({r.out_fd, POLLIN, 0});
-    }
-    if (!fds.empty()) poll(fds.data(), fds.size(), 200);
-    else usleep(200 * 1000);
-    for (size_t k = 0; k < ranks.size(); ++k) {
-      Rank& r = ranks[k];
-      if (r.out_fd < 0) continue;
-      char buf[4096];
-      for (const auto& p : fds) {
-        if (p.fd != r.out_fd || !(p.revents & (POLLIN | POLLHUP))) continue;
-        const ssize_t n = read(r.out_fd, buf, sizeof(buf));
-        if (n > 0) {
-          r.pending.append(buf, static_cast<size_t>(n));
-          flushLines(static_cast<int>(k), r, false);
-        } else {
-          flushLines(static_cast<int>(k), r, true);
-          close(r.out_fd);
-          r.out_fd = -1;
-        }
-      }
-    }
-    for (size_t k = 0; k < ranks.size(); ++k) {
-      Rank& r = ranks[k];
-      if (!r.running) continue;
-      int status = 0;
-      if (waitpid(r.pid, &status, WNOHANG) == r.pid) {
-        r.running = false;
-        r.status = status;
-        --running;
-        if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && !failed) {
-          failed = true;
-          first_failure = Clock::now();
-          std::cout << "[hpac-launch] rank " << k << " failed ("
-                    << (WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
-                                          : "signal " + std::to_string(WTERMSIG(status)))
-                    << "); the other ranks have " << grace_s << " s to finish\n";
-        }
-      }
-    }
-    if (failed && !terminated && running > 0 && Clock::now() - first_failure > std::chrono::seconds(grace_s)) {
-      std::cout << "[hpac-launch] terminating " << running << " rank(s) still running after the grace period\n";
-      for (auto& r : ranks) {
-        if (r.running) kill(r.pid, SIGKILL);
-      }
-      terminated = true;
-    }
-  }
-  for (size_t k = 0; k < ranks.size(); ++k) {
-    if (ranks[k].out_fd >= 0) {
-      flushLines(static_cast<int>(k), ranks[k], true);
-      close(ranks[k].out_fd);
-    }
-  }
-  std::vector<size_t> bad;
-  for (size_t k = 0; k < ranks.size(); ++k) {
-    const int s = ranks[k].status;
-    if (!(WIFEXITED(s) && WEXITSTATUS(s) == 0)) bad.push_back(k);
-  }
-  if (bad.empty()) {
-    std::cout << "[hpac-launch] all " << nproc << " ranks succeeded\n";
-    return 0;
-  }
-  std::cout << "[hpac-launch] failed ranks:";
-  for (size_t k : bad) std::cout << " " << k;
-  std::cout << "\n";
-  return 1;
+  hpac::dist::LaunchOptions options;
+  options.nproc = static_cast<int>(nproc);
+  options.master_addr = addr;
+  options.master_port = static_cast<int>(port);
+  options.grace_s = static_cast<int>(grace_s);
+  return hpac::dist::launchRanks(options, std::vector<std::string>(argv + i, argv + argc));
 }

@@ -39,44 +39,6 @@ namespace {
 
 using hpac::Mode;
 
-struct Calls {
-  std::atomic<int> forward{0}, recompute{0}, other{0};
-  void reset() { forward = recompute = other = 0; }
-  void count() {
-    const hpac::RegionState& region = hpac::currentRegion();
-    if (region.invocation == nullptr) {
-      ++other;
-    } else if (region.phase == hpac::Phase::kForward) {
-      ++forward;
-    } else {
-      ++recompute;
-    }
-  }
-};
-
-// Counts allreduce calls by the region active on the calling thread.
-class CountingGloo final : public c10d::ProcessGroupGloo {
- public:
-  CountingGloo(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-               c10::intrusive_ptr<Options> options, Calls* allreduces, Calls* allgathers)
-      : ProcessGroupGloo(store, rank, size, std::move(options)), allreduces_(allreduces), allgathers_(allgathers) {}
-  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
-                                           const c10d::AllreduceOptions& opts) override {
-    if (allreduces_) allreduces_->count();
-    return ProcessGroupGloo::allreduce(tensors, opts);
-  }
-  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
-                                           std::vector<at::Tensor>& inputs,
-                                           const c10d::AllgatherOptions& opts) override {
-    if (allgathers_) allgathers_->count();
-    return ProcessGroupGloo::allgather(outputs, inputs, opts);
-  }
-
- private:
-  Calls* allreduces_;
-  Calls* allgathers_;
-};
-
 struct Flags {
   int tp = 1, dp = 1, steps = 3, die_rank = -1;
   std::string mode = "all", mode_rank1;
@@ -169,32 +131,6 @@ struct Shard {
   }
 };
 
-// FSDP-style parameter sharding over the DP group: each DP rank keeps 1/dp of
-// a (TP-sharded) weight, flattened. Inside the layer's forward, and again in
-// its recompute, the full weight is all-gathered (c10d::allgather_ through the
-// dispatcher; the buffers come from empty_like and the result is a view: ops
-// hpac ignores or recomputes), and freed after use. Backward sums the full
-// gradient over DP ranks and keeps this rank's slice, averaged.
-struct FsdpGather : public torch::autograd::Function<FsdpGather> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& local,
-                            c10::intrusive_ptr<c10d::ProcessGroup> pg, std::vector<int64_t> shape) {
-    ctx->saved_data["pg"] = c10::IValue(pg);
-    std::vector<std::vector<at::Tensor>> outs(1);
-    for (int r = 0; r < pg->getSize(); ++r) outs[0].push_back(at::empty_like(local));
-    std::vector<at::Tensor> in{local};
-    c10d::ops::allgather(pg, outs, in)->wait();
-    return at::cat(outs[0]).view(shape);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad) {
-    auto pg = ctx->saved_data["pg"].toCustomClass<c10d::ProcessGroup>();
-    std::vector<at::Tensor> g{grad[0].reshape({-1}).clone()};
-    c10d::ops::allreduce(pg, g)->wait();
-    const int64_t n = g[0].numel() / pg->getSize();
-    return {g[0].narrow(0, pg->getRank() * n, n).div(pg->getSize()), at::Tensor(), at::Tensor()};
-  }
-};
-
 at::Tensor rmsNorm(const at::Tensor& x) {
   return x * at::rsqrt(x.pow(2).mean(-1, true) + 1e-6);
 }
@@ -282,14 +218,16 @@ int main(int argc, char** argv) try {
           << "\nsteps=" << flags.steps;
   hpac::dist::checkSameConfig(*store, env.rank, env.world_size, summary.str());
 
-  Calls calls, gathers;
+  hpac::dist::CollectiveCounts tp_counts, dp_counts;
+  hpac::dist::PhaseCounts& calls = tp_counts.allreduce;
+  hpac::dist::PhaseCounts& gathers = dp_counts.allgather;
   auto options = hpac::dist::glooOptions(env);
   auto tp_store = c10::make_intrusive<c10d::PrefixStore>("tp" + std::to_string(dp_rank), store);
   auto dp_store = c10::make_intrusive<c10d::PrefixStore>("dp" + std::to_string(tp_rank), store);
   c10::intrusive_ptr<c10d::ProcessGroup> tp_pg =
-      c10::make_intrusive<CountingGloo>(tp_store, tp_rank, flags.tp, options, &calls, nullptr);
+      c10::make_intrusive<hpac::dist::CountingGloo>(tp_store, tp_rank, flags.tp, options, &tp_counts);
   c10::intrusive_ptr<c10d::ProcessGroup> dp_pg =
-      c10::make_intrusive<CountingGloo>(dp_store, dp_rank, flags.dp, options, nullptr, &gathers);
+      c10::make_intrusive<hpac::dist::CountingGloo>(dp_store, dp_rank, flags.dp, options, &dp_counts);
   if (env.rank == flags.die_rank) {
     std::cout << "rank " << env.rank << " exits abruptly before its first collective (fault injection)" << std::endl;
     std::_Exit(3);
@@ -316,15 +254,15 @@ int main(int argc, char** argv) try {
       if (flags.fsdp) {
         const at::Tensor* full_shapes[] = {&shard.wg, &shard.wu, &shard.wd};
         for (int k = 0; k < 3; ++k) {
-          w[4 + k] = FsdpGather::apply(fsdp_local[k], dp_pg, full_shapes[k]->sizes().vec());
+          w[4 + k] = hpac::dist::fsdpGather(fsdp_local[k], dp_pg, full_shapes[k]->sizes().vec());
         }
       }
       return w;
     };
     std::map<std::string, double> worst;
     for (int step = 0; step < flags.steps; ++step) {
-      calls.reset();
-      gathers.reset();
+      tp_counts.reset();
+      dp_counts.reset();
       // Sharded: this DP rank's micro-batch, the mean loss over DP ranks.
       for (const auto& p : shard.list()) p.mutable_grad().reset();
       for (const auto& p : fsdp_local) p.mutable_grad().reset();

@@ -65,7 +65,7 @@ class ConfigParser {
     TrainConfig config;
     config.file = r_.file();
     if (root.IsNull()) return config;  // empty file: every default
-    if (auto s = r_.checkMap(root, "<top level>", {"model", "train", "activation_checkpoint", "activation_swap"});
+    if (auto s = r_.checkMap(root, "<top level>", {"model", "train", "activation_checkpoint", "activation_swap", "parallel"});
         !s.ok()) {
       return s;
     }
@@ -85,6 +85,9 @@ class ConfigParser {
       std::string swap;
       HPAC_ASSIGN_OR_RETURN(swap, r_.oneOf(root["activation_swap"], "activation_swap", {"none", "attention"}));
       config.activation_swap = swap == "attention" ? ActivationSwap::kAttention : ActivationSwap::kNone;
+    }
+    if (root["parallel"]) {
+      if (auto s = parseParallel(root["parallel"], config); !s.ok()) return s;
     }
     return config;
   }
@@ -160,6 +163,69 @@ class ConfigParser {
     if (node["seed"]) HPAC_ASSIGN_OR_RETURN(t.seed, r_.integer(node["seed"], "train.seed", 0, std::numeric_limits<int64_t>::max()));
     if (node["dtype"]) HPAC_ASSIGN_OR_RETURN(t.dtype, r_.oneOf(node["dtype"], "train.dtype", {"float32", "bfloat16"}));
     if (node["compile"]) HPAC_ASSIGN_OR_RETURN(t.compile, r_.boolean(node["compile"], "train.compile"));
+    return absl::OkStatus();
+  }
+
+  absl::Status parseParallel(const YAML::Node& node, TrainConfig& config) {
+    ParallelSpec& p = config.parallel;
+    const ModelSpec& m = config.model;
+    if (auto s = r_.checkMap(node, "parallel", {"tp", "dp", "ep", "fsdp"}); !s.ok()) return s;
+    p.where = r_.where(node);
+    if (node["tp"]) HPAC_ASSIGN_OR_RETURN(p.tp, r_.integer(node["tp"], "parallel.tp", 1, 64));
+    if (node["dp"]) HPAC_ASSIGN_OR_RETURN(p.dp, r_.integer(node["dp"], "parallel.dp", 1, 64));
+    if (node["ep"]) HPAC_ASSIGN_OR_RETURN(p.ep, r_.integer(node["ep"], "parallel.ep", 1, 64));
+    if (node["fsdp"]) HPAC_ASSIGN_OR_RETURN(p.fsdp, r_.boolean(node["fsdp"], "parallel.fsdp"));
+    auto at = [&](const char* key) { return node[key] ? node[key] : node; };
+    if (p.worldSize() > 64) {
+      return r_.error(node, "parallel", absl::StrCat("tp x dp = ", p.worldSize(), " ranks; allowed: at most 64"));
+    }
+    if (p.tp * p.dp * p.ep == 1 && !p.fsdp) return absl::OkStatus();
+    if (m.preset.rfind("qwen3_moe", 0) != 0) {
+      return r_.error(node, "parallel",
+                      absl::StrCat("is implemented for the Qwen3-MoE presets (qwen3_moe_tiny, qwen3_moe_30b_a3b); "
+                                   "model.preset is '", m.preset, "'"));
+    }
+    if (config.train.dtype != "float32") {
+      return r_.error(node, "parallel",
+                      absl::StrCat("needs train.dtype: float32 (Gloo on this libtorch reduces float32), got '",
+                                   config.train.dtype, "'"));
+    }
+    // Each degree must divide what it splits.
+    const std::pair<const char*, int64_t> by_tp[] = {{"num_attention_heads", m.num_attention_heads},
+                                                     {"num_key_value_heads", m.num_key_value_heads},
+                                                     {"moe_intermediate_size", m.moe_intermediate_size}};
+    for (const auto& [name, value] : by_tp) {
+      if (value % p.tp != 0) {
+        return r_.error(at("tp"), "parallel.tp",
+                        absl::StrCat("'", p.tp, "' must divide model.", name, " (", value,
+                                     "): tensor parallelism splits it over the tp ranks"));
+      }
+    }
+    if (p.dp % p.ep != 0) {
+      return r_.error(at("ep"), "parallel.ep",
+                      absl::StrCat("'", p.ep, "' must divide parallel.dp (", p.dp,
+                                   "): expert-parallel groups are carved out of the data-parallel ranks "
+                                   "(the world size is tp x dp = ", p.worldSize(), ")"));
+    }
+    if (m.num_experts % p.ep != 0) {
+      return r_.error(at("ep"), "parallel.ep",
+                      absl::StrCat("'", p.ep, "' must divide model.num_experts (", m.num_experts,
+                                   "): each expert-parallel rank owns num_experts / ep experts"));
+    }
+    if (p.fsdp) {
+      if (p.dp < 2) {
+        return r_.error(at("fsdp"), "parallel.fsdp",
+                        absl::StrCat("true shards parameters over the data-parallel ranks, but parallel.dp is ",
+                                     p.dp, "; use dp >= 2 or fsdp: false"));
+      }
+      const int64_t q = m.num_attention_heads / p.tp * m.head_dim * m.hidden_size;
+      const int64_t kv = m.num_key_value_heads / p.tp * m.head_dim * m.hidden_size;
+      if (q % p.dp != 0 || kv % p.dp != 0) {
+        return r_.error(at("dp"), "parallel.dp",
+                        absl::StrCat("'", p.dp, "' must divide the size of each attention projection shard (q/o ",
+                                     q, ", k/v ", kv, " elements) for fsdp: true"));
+      }
+    }
     return absl::OkStatus();
   }
 
@@ -258,6 +324,30 @@ bool ActivationCheckpointSpec::allOff() const {
 }
 
 const char* toString(ActivationSwap swap) { return swap == ActivationSwap::kAttention ? "attention" : "none"; }
+
+std::string effectiveSummary(const TrainConfig& c) {
+  const ModelSpec& m = c.model;
+  std::string out = absl::StrCat(
+      "model.preset=", m.preset, "\nmodel.num_layers=", m.num_layers, "\nmodel.hidden_size=", m.hidden_size,
+      "\nmodel.num_attention_heads=", m.num_attention_heads, "\nmodel.num_key_value_heads=", m.num_key_value_heads,
+      "\nmodel.head_dim=", m.head_dim, "\nmodel.intermediate_size=", m.intermediate_size,
+      "\nmodel.moe_intermediate_size=", m.moe_intermediate_size, "\nmodel.num_experts=", m.num_experts,
+      "\nmodel.num_experts_per_tok=", m.num_experts_per_tok, "\nmodel.vocab_size=", m.vocab_size,
+      "\nmodel.num_kv_shared_layers=", m.num_kv_shared_layers, "\nmodel.norm_topk_prob=", m.norm_topk_prob,
+      "\nmodel.rope_theta=", m.rope_theta, "\nmodel.rms_norm_eps=", m.rms_norm_eps);
+  absl::StrAppend(&out, "\ntrain.seq_len=", c.train.seq_len, "\ntrain.micro_batch=", c.train.micro_batch,
+                  "\ntrain.steps=", c.train.steps, "\ntrain.lr=", c.train.lr, "\ntrain.weight_decay=",
+                  c.train.weight_decay, "\ntrain.seed=", c.train.seed, "\ntrain.dtype=", c.train.dtype,
+                  "\ntrain.compile=", c.train.compile);
+  absl::StrAppend(&out, "\nactivation_checkpoint.mode=", toString(c.activation_checkpoint.mode));
+  for (const LayerRange& r : c.activation_checkpoint.layers) {
+    absl::StrAppend(&out, "\nactivation_checkpoint.layers.", r.first, "-", r.last, "=", toString(r.mode));
+  }
+  absl::StrAppend(&out, "\nactivation_swap=", toString(c.activation_swap), "\nparallel.tp=", c.parallel.tp,
+                  "\nparallel.dp=", c.parallel.dp, "\nparallel.ep=", c.parallel.ep, "\nparallel.fsdp=",
+                  c.parallel.fsdp);
+  return out;
+}
 
 absl::StatusOr<TrainConfig> loadConfig(const std::string& path) {
   auto root = loadYamlFile(path);

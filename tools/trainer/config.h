@@ -24,6 +24,11 @@
 //       0: off
 //       "2-3": full              # inclusive range
 //   activation_swap: none        # none | attention
+//   parallel:                    # multi-rank layout (Qwen3-MoE presets; docs/distributed.md)
+//     tp: 2                      # tensor parallel: heads and expert width split over tp ranks
+//     dp: 2                      # data parallel; world size = tp x dp
+//     ep: 2                      # expert parallel, carved out of dp: ep divides dp
+//     fsdp: true                 # attention projections sharded over the dp ranks
 #pragma once
 
 #include "tools/evidence.h"  // hpac::Mode, toString, parseMode
@@ -91,6 +96,20 @@ struct ActivationCheckpointSpec {
   bool allOff() const;
 };
 
+// How the model is split over ranks. The world size is tp x dp. Expert
+// parallelism does not add ranks: as in torchtitan, it borrows data-parallel
+// ones — each group of `ep` consecutive dp ranks splits the experts between
+// its members and exchanges tokens all-to-all (so ep divides dp).
+struct ParallelSpec {
+  int64_t tp = 1;
+  int64_t dp = 1;
+  int64_t ep = 1;
+  bool fsdp = false;
+  std::string where;  // "file:line:col" of the section, for later errors
+  int64_t worldSize() const { return tp * dp; }
+  bool distributed() const { return worldSize() > 1; }
+};
+
 enum class ActivationSwap { kNone, kAttention };
 const char* toString(ActivationSwap swap);
 
@@ -100,7 +119,13 @@ struct TrainConfig {
   TrainSpec train;
   ActivationCheckpointSpec activation_checkpoint;
   ActivationSwap activation_swap = ActivationSwap::kNone;
+  ParallelSpec parallel;
 };
+
+// The effective settings, one "key=value" line each (every model, train,
+// activation_checkpoint, activation_swap and parallel field, plan entries
+// included): what the ranks of a parallel job must agree on.
+std::string effectiveSummary(const TrainConfig& config);
 
 // Reads and validates a config file / text (`file` names it in errors).
 absl::StatusOr<TrainConfig> loadConfig(const std::string& path);

@@ -2,12 +2,20 @@
 // checkpointing mode, or compares off / full / selective (--compare).
 //
 //   hpac-train --config examples/training_demo/train.yaml [--mode off|full|selective]
-//              [--compare] [--steps N] [--registry PATH]
+//              [--compare] [--steps N] [--registry PATH] [--nproc N]
+//
+// With a `parallel:` section (tp x dp ranks), --nproc N starts the N ranks
+// itself (hpac-launch's launcher: loopback rendezvous, "[rank r]" prefixed
+// output, bounded failure); each rank splits the Qwen3-MoE replica as
+// parallel.h describes. --compare then also trains the unsharded model on the
+// whole global batch in every rank's process and compares against it.
 //
 // Exit status: 0 ok; 1 the comparison found full or selective off the
 // no-checkpoint run beyond the fp32 tolerance; 2 bad command line, config or
 // model preparation.
+#include "tools/dist/launcher.h"
 #include "tools/trainer/config.h"
+#include "tools/trainer/parallel.h"
 #include "tools/trainer/registry.h"
 #include "tools/trainer/trainer.h"
 
@@ -20,16 +28,21 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include <unistd.h>
 
 namespace {
 
 const char* kUsage =
-    "usage: hpac-train --config FILE [--mode off|full|selective] [--compare] [--steps N] [--registry FILE]\n"
+    "usage: hpac-train --config FILE [--mode off|full|selective] [--compare] [--steps N] [--registry FILE] "
+    "[--nproc N]\n"
     "  --config    trainer YAML (e.g. examples/training_demo/train.yaml)\n"
     "  --mode      override activation_checkpoint.mode\n"
     "  --compare   train off, full and selective from the same seed and print the comparison table\n"
     "  --steps     override train.steps\n"
-    "  --registry  model registry YAML (default: the one shipped with hpac)";
+    "  --registry  model registry YAML (default: the one shipped with hpac)\n"
+    "  --nproc     start N local ranks (must equal the config's parallel tp x dp)";
 
 // Tolerance for a comparison that is not bit for bit (fp32 CPU).
 constexpr double kTolerance = 1e-5;
@@ -37,6 +50,12 @@ constexpr double kTolerance = 1e-5;
 int fail(const std::string& message) {
   std::cerr << "hpac-train: " << message << "\n";
   return 2;
+}
+
+std::string selfExecutable() {
+  std::vector<char> buf(4096);
+  const ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  return n > 0 ? std::string(buf.data(), static_cast<size_t>(n)) : std::string("hpac-train");
 }
 
 std::string describe(const hpac::trainer::TrainConfig& c) {
@@ -56,6 +75,8 @@ int main(int argc, char** argv) try {
   std::string config_path, registry_path;
   std::optional<std::string> mode;
   std::optional<int64_t> steps;
+  std::optional<int> nproc;
+  std::vector<std::string> rank_args{selfExecutable()};  // the command line each rank runs (no --nproc)
   bool compare = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -63,6 +84,20 @@ int main(int argc, char** argv) try {
       if (i + 1 >= argc) return std::nullopt;
       return std::string(argv[++i]);
     };
+    if (flag == "--nproc") {
+      auto v = value();
+      char* end = nullptr;
+      const long n = v ? std::strtol(v->c_str(), &end, 10) : 0;
+      if (!v || end == v->c_str() || *end != '\0' || n < 1 || n > 64) {
+        return fail(absl::StrCat("--nproc '", v.value_or(""), "' is not allowed; allowed: an integer in [1, 64]"));
+      }
+      nproc = static_cast<int>(n);
+      continue;
+    }
+    rank_args.push_back(flag);
+    if (i + 1 < argc && (flag == "--config" || flag == "--mode" || flag == "--steps" || flag == "--registry")) {
+      rank_args.push_back(argv[i + 1]);
+    }
     if (flag == "--help" || flag == "-h") {
       std::cout << kUsage << "\n";
       return 0;
@@ -103,37 +138,100 @@ int main(int argc, char** argv) try {
       registry_path.empty() ? builtinRegistry() : loadRegistry(registry_path);
   if (!registry.ok()) return fail(std::string(registry.status().message()));
 
-  std::cout << "hpac-train: " << describe(*config) << "\n";
-  std::cout << "hpac-train: " << environmentLine() << std::endl;
+  const ParallelSpec& layout = config->parallel;
+  const bool in_job = std::getenv("HPAC_RANK") != nullptr;
+  if (nproc && !in_job) {
+    if (*nproc != layout.worldSize()) {
+      return fail(absl::StrCat("--nproc ", *nproc, " does not match the config's parallel layout: tp (", layout.tp,
+                               ") x dp (", layout.dp, ") = ", layout.worldSize(), " ranks"));
+    }
+    if (*nproc > 1) {
+      hpac::dist::LaunchOptions launch;
+      launch.nproc = *nproc;
+      return hpac::dist::launchRanks(launch, rank_args);
+    }
+  }
+  if (layout.distributed() && !in_job) {
+    return fail(absl::StrCat(config_path, ": parallel: tp (", layout.tp, ") x dp (", layout.dp, ") needs ",
+                             layout.worldSize(), " ranks: run hpac-train --nproc ", layout.worldSize(),
+                             " ... (or under hpac-launch --nproc ", layout.worldSize(), ")"));
+  }
+  std::shared_ptr<ParallelRuntime> parallel;
+  if (layout.distributed()) {
+    auto connected = connectParallel(*config, effectiveSummary(*config) + (compare ? "\nrun=compare" : "\nrun=train"));
+    if (!connected.ok()) return fail(std::string(connected.status().message()));
+    parallel = *std::move(connected);
+  }
+  const bool lead = !parallel || parallel->rank == 0;
+  if (lead) {
+    std::cout << "hpac-train: " << describe(*config) << "\n";
+    if (parallel) {
+      std::cout << absl::StrFormat("hpac-train: parallel tp %d x dp %d (ep %d, fsdp %s) on %d ranks\n", layout.tp,
+                                   layout.dp, layout.ep, layout.fsdp ? "on" : "off", parallel->world);
+    }
+    std::cout << "hpac-train: " << environmentLine() << std::endl;
+  }
 
   if (compare) {
-    auto result = runCompare(*config, *registry, std::cout);
+    auto result = runCompare(*config, *registry, std::cout, logToStderr, parallel);
     if (!result.ok()) return fail(std::string(result.status().message()));
-    std::cout << "\n" << formatCompareTable(*result) << "\n";
+    if (lead) std::cout << "\n" << formatCompareTable(*result) << "\n";
+    if (parallel) {
+      const auto& rows = result->rows;
+      std::cout << absl::StrFormat(
+          "rank %d (tp %d, dp %d, ep %d): peak off %.3f MiB, full %.3f MiB, selective %.3f MiB; last step "
+          "collectives in forward/recompute regions: full %d/%d, selective %d/%d; FSDP gathers selective %d/%d\n",
+          parallel->rank, parallel->tp_rank, parallel->dp_rank, parallel->ep_rank,
+          rows[0].peak_bytes / 1048576.0, rows[1].peak_bytes / 1048576.0, rows[2].peak_bytes / 1048576.0,
+          rows[1].steps.back().collectives.saved_forward, rows[1].steps.back().collectives.saved_recompute,
+          rows[2].steps.back().collectives.saved_forward, rows[2].steps.back().collectives.saved_recompute,
+          rows[2].steps.back().collectives.gathers_forward, rows[2].steps.back().collectives.gathers_recompute);
+      for (const std::string& f : result->failures) std::cout << "FAILED: " << f << "\n";
+      const bool any_failure = allReduceScalar(result->failures.empty() ? 0 : 1, parallel->world_pg, true) > 0;
+      if (any_failure) {
+        std::cout << "FAILED: a composition rule broke on some rank (see the FAILED lines)\n";
+        return 1;
+      }
+      if (lead) {
+        std::cout << "parity is against the 1-rank run (unsharded model, whole global batch), maxima over all "
+                     "ranks; full/selective vs parallel off: "
+                  << (result->bitwise ? "bit for bit" : "NOT bit for bit") << "\n";
+      }
+      if (!result->bitwise) {
+        std::cout << "MISMATCH: full or selective differs from the parallel off run\n";
+        return 1;
+      }
+    }
+    if (!lead) {
+      double worst = 0;
+      for (const CompareRow& row : result->rows) worst = std::max({worst, row.max_loss_diff, row.max_grad_diff});
+      return worst <= kTolerance ? 0 : 1;
+    }
     std::cout << "peak_mem: peak tensor bytes above the step's start during forward+backward (max over steps); "
                  "step_time: median of forward+backward+AdamW, modes interleaved step by step\n";
     double worst_loss = 0, worst_grad = 0;
     for (const CompareRow& row : result->rows) {
-      if (row.mode == hpac::Mode::kOff) continue;
-      std::cout << absl::StrFormat("parity %-9s vs off over %d steps: max |dloss| %.3g, max |dgrad| %.3g\n",
-                                   hpac::toString(row.mode), config->train.steps, row.max_loss_diff,
-                                   row.max_grad_diff);
+      if (row.mode == hpac::Mode::kOff && !parallel) continue;
+      std::cout << absl::StrFormat("parity %-9s vs %s over %d steps: max |dloss| %.3g, max |dgrad| %.3g\n",
+                                   hpac::toString(row.mode), parallel ? "the 1-rank run" : "off",
+                                   config->train.steps, row.max_loss_diff, row.max_grad_diff);
       worst_loss = std::max(worst_loss, row.max_loss_diff);
       worst_grad = std::max(worst_grad, row.max_grad_diff);
     }
-    if (result->bitwise) {
+    if (result->bitwise && !parallel) {
       std::cout << "OK: full and selective match off bit for bit (loss, input and parameter gradients, every step)\n";
       return 0;
     }
     if (worst_loss <= kTolerance && worst_grad <= kTolerance) {
-      std::cout << "OK: full and selective match off within the fp32 tolerance " << kTolerance << "\n";
+      std::cout << "OK: " << (parallel ? "off, full and selective match the 1-rank run" : "full and selective match off")
+                << " within the fp32 tolerance " << kTolerance << "\n";
       return 0;
     }
     std::cout << "MISMATCH: full or selective differs from off beyond " << kTolerance << "\n";
     return 1;
   }
 
-  auto trainer = Trainer::create(*config, *registry);
+  auto trainer = Trainer::create(*config, *registry, logToStderr, parallel);
   if (!trainer.ok()) return fail(std::string(trainer.status().message()));
   const hpac::Mode m = config->activation_checkpoint.mode;
   std::vector<double> seconds;
@@ -141,7 +239,14 @@ int main(int argc, char** argv) try {
   double first_loss = 0, last_loss = 0;
   for (int64_t s = 0; s < config->train.steps; ++s) {
     const StepResult r = (*trainer)->step(s);
-    std::cout << formatStepLine(r, config->train.steps, m) << "\n";
+    if (lead) {
+      std::cout << formatStepLine(r, config->train.steps, m)
+                << (parallel ? absl::StrFormat("  collectives fwd/recompute %d/%d  gathers %d/%d",
+                                               r.collectives.saved_forward, r.collectives.saved_recompute,
+                                               r.collectives.gathers_forward, r.collectives.gathers_recompute)
+                             : "")
+                << "\n";
+    }
     if (s == 0) first_loss = r.loss;
     last_loss = r.loss;
     seconds.push_back(r.seconds);

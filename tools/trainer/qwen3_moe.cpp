@@ -1,5 +1,8 @@
 #include "tools/trainer/qwen3_moe.h"
 
+#include "tools/dist/dist.h"
+#include "tools/trainer/parallel.h"
+
 #include <ATen/ATen.h>
 
 namespace hpac::trainer {
@@ -25,6 +28,7 @@ Qwen3MoeAttentionImpl::Qwen3MoeAttentionImpl(const ModelSpec& spec)
 }
 
 at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& x, const Rope& rope) {
+  if (par_) return forwardParallel(x, rope);
   const int64_t b = x.size(0), s = x.size(1);
   auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({b, s, n, head_dim_}); };
   at::Tensor q = q_norm(heads(q_proj(x), heads_)).transpose(1, 2);
@@ -33,6 +37,25 @@ at::Tensor Qwen3MoeAttentionImpl::forward(const at::Tensor& x, const Rope& rope)
   q = applyRope(q, rope);
   k = applyRope(k, rope);
   return o_proj(eagerAttention(q, k, v, /*causal=*/true));
+}
+
+at::Tensor Qwen3MoeAttentionImpl::forwardParallel(const at::Tensor& x, const Rope& rope) {
+  const ParallelRuntime& rt = *par_;
+  const int64_t b = x.size(0), s = x.size(1), hidden = x.size(2);
+  const int64_t heads = heads_ / rt.spec.tp, kv_heads = kv_heads_ / rt.spec.tp;
+  auto weight = [&](const torch::nn::Linear& proj, std::vector<int64_t> shape) {
+    return rt.spec.fsdp ? dist::fsdpGather(proj->weight, rt.dp_pg, shape) : proj->weight;
+  };
+  auto split = [&](const at::Tensor& t, int64_t n) { return t.view({b, s, n, head_dim_}); };
+  // Forward identity, backward all-reduce: every TP rank's heads contribute to x's gradient.
+  const at::Tensor in = dist::copyToTensorParallel(x, rt.tp_pg);
+  at::Tensor q = q_norm(split(at::linear(in, weight(q_proj, {heads * head_dim_, hidden})), heads)).transpose(1, 2);
+  at::Tensor k = k_norm(split(at::linear(in, weight(k_proj, {kv_heads * head_dim_, hidden})), kv_heads)).transpose(1, 2);
+  const at::Tensor v = split(at::linear(in, weight(v_proj, {kv_heads * head_dim_, hidden})), kv_heads).transpose(1, 2);
+  q = applyRope(q, rope);
+  k = applyRope(k, rope);
+  const at::Tensor partial = at::linear(eagerAttention(q, k, v, /*causal=*/true), weight(o_proj, {hidden, heads * head_dim_}));
+  return dist::reduceFromTensorParallel(partial, rt.tp_pg);
 }
 
 Qwen3MoeMLPImpl::Qwen3MoeMLPImpl(int64_t hidden, int64_t intermediate) : torch::nn::Module("Qwen3MoeMLP") {
@@ -58,6 +81,7 @@ Qwen3MoeSparseMoeBlockImpl::Qwen3MoeSparseMoeBlockImpl(const ModelSpec& spec)
 }
 
 at::Tensor Qwen3MoeSparseMoeBlockImpl::forward(const at::Tensor& x) {
+  if (par_) return forwardParallel(x);
   const int64_t h = x.size(-1);
   const at::Tensor flat = x.reshape({-1, h});
   const at::Tensor router_logits = gate(flat);
@@ -83,6 +107,75 @@ at::Tensor Qwen3MoeSparseMoeBlockImpl::forward(const at::Tensor& x) {
     const at::Tensor y = experts->ptr<Qwen3MoeMLPImpl>(e)->forward(state) * weight;
     out.index_add_(0, token, y.to(out.scalar_type()));
   }
+  return out.view(x.sizes());
+}
+
+// The router runs on every rank over its own tokens (replicated weights).
+// The (token, slot) pairs are sorted by expert, so the rows bound for each EP
+// rank, and for each expert within them, are contiguous. Counts travel first
+// (a table per destination: rows per local expert), then the rows; the
+// receiver groups what it got by expert, runs its experts (each TP rank its
+// slice of their width; one all-reduce sums the slices) and sends the results
+// back in the order they came. Every collective is issued on every rank of
+// its group whatever the routing, empty chunks are skipped symmetrically.
+at::Tensor Qwen3MoeSparseMoeBlockImpl::forwardParallel(const at::Tensor& x) {
+  const ParallelRuntime& rt = *par_;
+  const int64_t h = x.size(-1), ep = rt.spec.ep, local = rt.localExperts();
+  const at::Tensor flat = x.reshape({-1, h});
+  at::Tensor routing_weights = at::softmax(gate(flat), 1, at::kFloat);
+  at::Tensor selected;
+  std::tie(routing_weights, selected) = at::topk(routing_weights, top_k_, -1);
+  if (norm_topk_prob_) routing_weights /= routing_weights.sum(-1, /*keepdim=*/true);  // in place, as HF
+  routing_weights = routing_weights.to(x.scalar_type());
+
+  const at::Tensor choice = selected.reshape({-1});
+  const at::Tensor order = std::get<1>(at::sort(choice, /*stable=*/true, 0, /*descending=*/false));
+  const at::Tensor token = at::div(order, top_k_, "floor");
+  const at::Tensor per_expert = at::bincount(choice, {}, num_experts_);
+  const at::Tensor table = dist::exchangeCounts(per_expert.view({ep, local}).contiguous(), rt.ep_pg);
+  const auto sent = per_expert.accessor<int64_t, 1>();
+  const auto got = table.accessor<int64_t, 2>();  // got[src][j]: rows from src for my expert j
+  std::vector<int64_t> send_counts(ep, 0), recv_counts(ep, 0), src_offset(ep + 1, 0), expert_rows(local, 0);
+  for (int64_t r = 0; r < ep; ++r) {
+    for (int64_t j = 0; j < local; ++j) {
+      send_counts[r] += sent[r * local + j];
+      recv_counts[r] += got[r][j];
+    }
+    src_offset[r + 1] = src_offset[r] + recv_counts[r];
+  }
+  const at::Tensor received = dist::allToAll(flat.index_select(0, token), send_counts, recv_counts, rt.ep_pg);
+
+  // Received rows grouped by local expert: perm[i] is the received row at grouped position i.
+  std::vector<int64_t> perm, inverse(static_cast<size_t>(src_offset[ep]));
+  perm.reserve(inverse.size());
+  for (int64_t j = 0; j < local; ++j) {
+    for (int64_t src = 0; src < ep; ++src) {
+      int64_t row = src_offset[src];
+      for (int64_t jj = 0; jj < j; ++jj) row += got[src][jj];
+      for (int64_t i = 0; i < got[src][j]; ++i) perm.push_back(row + i);
+      expert_rows[j] += got[src][j];
+    }
+  }
+  for (size_t i = 0; i < perm.size(); ++i) inverse[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
+  // With nothing received, the (empty) results still hang off `received`: the
+  // combine's backward must run on every rank, or the peers that sent this
+  // rank gradients would wait for it.
+  at::Tensor processed = received.narrow(0, 0, 0);
+  last_experts_hit_ = 0;
+  if (!perm.empty()) {
+    const at::Tensor grouped = dist::copyToTensorParallel(received, rt.tp_pg).index_select(0, at::tensor(perm));
+    std::vector<at::Tensor> outs;
+    for (int64_t j = 0, offset = 0; j < local; offset += expert_rows[j], ++j) {
+      if (expert_rows[j] == 0) continue;
+      ++last_experts_hit_;
+      outs.push_back(experts->ptr<Qwen3MoeMLPImpl>(j)->forward(grouped.narrow(0, offset, expert_rows[j])));
+    }
+    processed = dist::reduceFromTensorParallel(at::cat(outs).index_select(0, at::tensor(inverse)), rt.tp_pg);
+  }
+  const at::Tensor combined = dist::allToAll(processed, recv_counts, send_counts, rt.ep_pg);
+  const at::Tensor weight = routing_weights.reshape({-1}).index_select(0, order).unsqueeze(-1);
+  at::Tensor out = at::zeros({flat.size(0), h}, x.options());
+  out.index_add_(0, token, (combined * weight).to(out.scalar_type()));
   return out.view(x.sizes());
 }
 

@@ -20,15 +20,23 @@
 
 namespace hpac::trainer {
 
+struct ParallelRuntime;  // parallel.h
+
 class Qwen3MoeAttentionImpl : public torch::nn::Module {
  public:
   explicit Qwen3MoeAttentionImpl(const ModelSpec& spec);
   at::Tensor forward(const at::Tensor& x, const Rope& rope);
+  // Runs the tensor-parallel forward from now on (shardQwen3Moe).
+  void setParallel(std::shared_ptr<const ParallelRuntime> rt) { par_ = std::move(rt); }
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
 
  private:
+  // Heads split over the TP group: column-parallel q/k/v, row-parallel o with
+  // its output all-reduced; with fsdp each projection is all-gathered first.
+  at::Tensor forwardParallel(const at::Tensor& x, const Rope& rope);
   int64_t heads_, kv_heads_, head_dim_;
+  std::shared_ptr<const ParallelRuntime> par_;
 };
 TORCH_MODULE(Qwen3MoeAttention);
 
@@ -45,12 +53,18 @@ class Qwen3MoeSparseMoeBlockImpl : public torch::nn::Module {
  public:
   explicit Qwen3MoeSparseMoeBlockImpl(const ModelSpec& spec);
   at::Tensor forward(const at::Tensor& x);
-  // Experts that received at least one token in the last forward call.
+  // Experts that received at least one token in the last forward call (this rank's, when parallel).
   int64_t lastExpertsHit() const { return last_experts_hit_; }
+  // Runs the expert-parallel forward from now on (shardQwen3Moe).
+  void setParallel(std::shared_ptr<const ParallelRuntime> rt) { par_ = std::move(rt); }
   torch::nn::Linear gate{nullptr};
   torch::nn::ModuleList experts{nullptr};
 
  private:
+  // Tokens dispatched all-to-all to the EP rank owning their expert, the
+  // experts' width split over the TP group, results combined all-to-all.
+  at::Tensor forwardParallel(const at::Tensor& x);
+  std::shared_ptr<const ParallelRuntime> par_;
   int64_t num_experts_, top_k_;
   bool norm_topk_prob_;
   int64_t last_experts_hit_ = 0;

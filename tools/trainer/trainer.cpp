@@ -1,6 +1,7 @@
 #include "tools/trainer/trainer.h"
 
 #include "tools/tracking_allocator.h"
+#include "tools/trainer/qwen3_moe.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -16,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <map>
 
 namespace hpac::trainer {
 namespace {
@@ -48,9 +50,10 @@ at::Tensor tokenBatch(const TrainConfig& config, int64_t step) {
 }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, const ModelRegistry& registry,
-                                                         const LogFn& log) {
+                                                         const LogFn& log, std::shared_ptr<ParallelRuntime> parallel) {
   std::unique_ptr<Trainer> t(new Trainer());
   t->config_ = config;
+  t->parallel_ = std::move(parallel);
   if (config.train.dtype == "bfloat16") {
     if (dynamic_cast<TrackingAllocator*>(c10::GetCPUAllocator()) != nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -68,6 +71,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& conf
     return absl::InvalidArgumentError(e.what_without_backtrace());
   }
   if (config.train.dtype == "bfloat16") t->model_->to(at::kBFloat16);
+  if (t->parallel_) {
+    auto* qwen = dynamic_cast<Qwen3MoeForCausalLM*>(t->model_.get());
+    if (qwen == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(config.file, ": parallel: model.preset '", config.model.preset,
+                                                     "' is not a Qwen3-MoE model"));
+    }
+    shardQwen3Moe(*qwen, t->parallel_);
+  }
   t->model_->train();
   auto prep = prepareModel(*t->model_, config, registry, log);
   if (!prep.ok()) return prep.status();
@@ -85,7 +96,17 @@ StepResult Trainer::step(int64_t index, bool keep_grads) {
   TrackingAllocator* tracker = track_memory_ ? &TrackingAllocator::install() : nullptr;
   StepResult r;
   r.step = index;
-  const at::Tensor tokens = tokenBatch(config_, index);
+  at::Tensor tokens;
+  if (parallel_) {
+    // This rank's rows of the global batch (micro_batch x dp rows).
+    TrainConfig global = config_;
+    global.train.micro_batch *= config_.parallel.dp;
+    const int64_t rows = config_.train.micro_batch;
+    tokens = tokenBatch(global, index).narrow(0, parallel_->dp_rank * rows, rows);
+    parallel_->counts.reset();
+  } else {
+    tokens = tokenBatch(config_, index);
+  }
   for (at::Tensor& p : model_->parameters()) {
     if (p.grad().defined()) p.mutable_grad().zero_();
   }
@@ -98,6 +119,7 @@ StepResult Trainer::step(int64_t index, bool keep_grads) {
     r.loss = loss.item<double>();
     loss.backward();
   }
+  if (parallel_) synchronizeGradients(static_cast<Qwen3MoeForCausalLM&>(*model_), *parallel_);
   r.peak_bytes = tracker ? tracker->peakBytes() - before : -1;
   if (keep_grads) {
     const at::Tensor& embeds = model_->lastInputEmbeds();
@@ -108,6 +130,14 @@ StepResult Trainer::step(int64_t index, bool keep_grads) {
   }
   optimizer_->step();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (parallel_) {
+    const dist::CollectiveCounts& c = parallel_->counts;
+    r.collectives.saved_forward = c.allreduce.forward + c.send.forward + c.recv.forward;
+    r.collectives.saved_recompute = c.allreduce.recompute + c.send.recompute + c.recv.recompute;
+    r.collectives.gathers_forward = c.allgather.forward;
+    r.collectives.gathers_recompute = c.allgather.recompute;
+    r.collectives.outside = c.allreduce.other + c.send.other + c.recv.other + c.allgather.other;
+  }
   r.layer_stats = takeLayerStats(preparation_);
   for (const LayerStats& s : r.layer_stats) {
     r.stats.invocations += s.invocations;
@@ -134,17 +164,74 @@ std::string environmentLine() {
                       tunables != nullptr ? absl::StrCat("GLIBC_TUNABLES=", tunables) : "glibc defaults");
 }
 
+namespace {
+
+// A parallel trainer's gradients against the 1-rank reference's: every
+// parameter against the slice of the reference gradient it holds
+// (shardRule), the input embeddings against the rank's rows of the batch
+// (scaled: a rank's loss is the mean over its 1/dp of the batch).
+double parallelGradDiff(Trainer& t, const StepResult& r, Trainer& ref, const StepResult& rr) {
+  const ParallelRuntime& rt = *t.parallel();
+  std::map<std::string, size_t> ref_index;
+  size_t i = 0;
+  for (const auto& item : ref.model().named_parameters()) ref_index[item.key()] = 1 + i++;
+  double worst = 0;
+  const int64_t rows = t.config().train.micro_batch;
+  if (r.grads[0].defined() && rr.grads[0].defined()) {
+    worst = maxAbsDiff({r.grads[0] / static_cast<double>(rt.spec.dp)}, {rr.grads[0].narrow(0, rt.dp_rank * rows, rows)});
+  }
+  i = 0;
+  for (const auto& item : t.model().named_parameters()) {
+    const ShardRule rule = shardRule(item.key(), rt);
+    worst = std::max(worst, maxAbsDiff({r.grads.at(1 + i++)}, {rule.slice(rr.grads.at(ref_index.at(rule.full_name)))}));
+  }
+  return worst;
+}
+
+// The composition rules, per step and rank: no collective in a region under
+// off; full re-issues every collective in the recompute; selective serves the
+// saved ones (re-issues none) and re-gathers the FSDP shards.
+void checkCollectives(const StepResult& r, Mode mode, const ParallelSpec& p, std::vector<std::string>& failures) {
+  const StepCollectives& c = r.collectives;
+  const std::string where = absl::StrCat("step ", r.step + 1, " [", toString(mode), "]: ");
+  const bool has_saved = p.tp > 1 || p.ep > 1;
+  if (mode == Mode::kOff) {
+    if (c.saved_forward + c.saved_recompute + c.gathers_forward + c.gathers_recompute != 0) {
+      failures.push_back(where + "collectives inside checkpoint regions with checkpointing off");
+    }
+    return;
+  }
+  if (has_saved && c.saved_forward == 0) failures.push_back(where + "no collective ran inside a forward region");
+  const int64_t want_saved = mode == Mode::kFull ? c.saved_forward : 0;
+  if (c.saved_recompute != want_saved) {
+    failures.push_back(absl::StrCat(where, c.saved_recompute, " allreduce/send/recv calls in recompute regions, expected ",
+                                    want_saved));
+  }
+  if (c.gathers_recompute != c.gathers_forward || (p.fsdp && c.gathers_forward == 0)) {
+    failures.push_back(absl::StrCat(where, "FSDP all-gathers forward ", c.gathers_forward, ", recompute ",
+                                    c.gathers_recompute, "; expected equal and, with fsdp, non-zero"));
+  }
+}
+
+std::string formatCollectives(const StepCollectives& c) {
+  return absl::StrFormat("  collectives fwd/recompute %d/%d  gathers %d/%d", c.saved_forward, c.saved_recompute,
+                         c.gathers_forward, c.gathers_recompute);
+}
+
+}  // namespace
+
 absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelRegistry& registry, std::ostream& out,
-                                         const LogFn& log) {
+                                         const LogFn& log, std::shared_ptr<ParallelRuntime> parallel) {
   const Mode modes[] = {Mode::kOff, Mode::kFull, Mode::kSelective};
   std::vector<std::unique_ptr<Trainer>> trainers;
   CompareResult result;
+  result.parallel = parallel != nullptr;
   for (Mode mode : modes) {
     TrainConfig c = config;
     c.activation_checkpoint.mode = mode;
     c.activation_checkpoint.layers.clear();
     if (log) log(LogLevel::kInfo, absl::StrCat("preparing the ", toString(mode), " model"));
-    auto t = Trainer::create(c, registry, log);
+    auto t = Trainer::create(c, registry, log, parallel);
     if (!t.ok()) return t.status();
     CompareRow row;
     row.mode = mode;
@@ -154,6 +241,20 @@ absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelR
     result.rows.push_back(row);
     trainers.push_back(*std::move(t));
   }
+  // The 1-rank run: the unsharded model on the whole global batch.
+  std::unique_ptr<Trainer> reference;
+  if (parallel) {
+    TrainConfig c = config;
+    c.parallel = ParallelSpec{};
+    c.train.micro_batch *= config.parallel.dp;
+    c.activation_checkpoint = ActivationCheckpointSpec{};
+    if (log) log(LogLevel::kInfo, "preparing the 1-rank reference model");
+    auto t = Trainer::create(c, registry, log);
+    if (!t.ok()) return t.status();
+    reference = *std::move(t);
+  }
+  const bool quiet = parallel && parallel->rank != 0;
+  auto worst = [&](double v) { return parallel ? allReduceScalar(v, parallel->world_pg, /*max=*/true) : v; };
   result.bitwise = true;
   const int64_t steps = config.train.steps;
   for (int64_t s = 0; s < steps; ++s) {
@@ -163,14 +264,27 @@ absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelR
       const int m = static_cast<int>((s + k) % 3);
       now[m] = trainers[m]->step(s, /*keep_grads=*/true);
     }
+    StepResult ref_now;
+    if (reference) ref_now = reference->step(s, /*keep_grads=*/true);
     for (int m = 0; m < 3; ++m) {
       CompareRow& row = result.rows[m];
-      const double dl = std::abs(now[m].loss - now[0].loss);
-      const double dg = maxAbsDiff(now[m].grads, now[0].grads);
-      row.max_loss_diff = std::max(row.max_loss_diff, dl);
-      row.max_grad_diff = std::max(row.max_grad_diff, dg);
+      // Against off (the parallel off run, when parallel): bit for bit expected.
+      const double dl = worst(std::abs(now[m].loss - now[0].loss));
+      const double dg = worst(maxAbsDiff(now[m].grads, now[0].grads));
       if (dl != 0 || dg != 0) result.bitwise = false;
-      out << formatStepLine(now[m], steps, modes[m]) << "\n";
+      if (parallel) {
+        const double global_loss = allReduceScalar(now[m].loss, parallel->dp_pg) / static_cast<double>(config.parallel.dp);
+        row.max_loss_diff = std::max(row.max_loss_diff, worst(std::abs(global_loss - ref_now.loss)));
+        row.max_grad_diff = std::max(row.max_grad_diff, worst(parallelGradDiff(*trainers[m], now[m], *reference, ref_now)));
+        checkCollectives(now[m], modes[m], config.parallel, result.failures);
+      } else {
+        row.max_loss_diff = std::max(row.max_loss_diff, dl);
+        row.max_grad_diff = std::max(row.max_grad_diff, dg);
+      }
+      if (!quiet) {
+        out << formatStepLine(now[m], steps, modes[m]) << (parallel ? formatCollectives(now[m].collectives) : "")
+            << "\n";
+      }
     }
     for (int m = 0; m < 3; ++m) {
       now[m].grads.clear();
@@ -185,6 +299,14 @@ absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelR
       row.peak_bytes = std::max(row.peak_bytes, r.peak_bytes);
     }
     row.median_seconds = median(seconds);
+  }
+  if (parallel) {
+    for (int m = 1; m < 3; ++m) {
+      if (result.rows[m].peak_bytes >= result.rows[0].peak_bytes) {
+        result.failures.push_back(absl::StrCat(toString(modes[m]), " peak ", result.rows[m].peak_bytes,
+                                               " bytes is not below off's ", result.rows[0].peak_bytes));
+      }
+    }
   }
   return result;
 }

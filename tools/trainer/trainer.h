@@ -9,6 +9,7 @@
 #pragma once
 
 #include "tools/trainer/config.h"
+#include "tools/trainer/parallel.h"
 #include "tools/trainer/registry.h"
 #include "tools/trainer/routing.h"
 #include "tools/trainer/zoo_common.h"
@@ -29,6 +30,16 @@ namespace hpac::trainer {
 // seeded by (seed, step). Learnable, deterministic, the same for every mode.
 at::Tensor tokenBatch(const TrainConfig& config, int64_t step);
 
+// Process-group calls of one step on this rank (parallel runs), by where they
+// ran: in a forward region, in a recompute region. `saved` counts the
+// collectives the selective policy saves (allreduce, send, recv); `gathers`
+// the FSDP all-gathers, which every mode re-issues in the recompute.
+struct StepCollectives {
+  int64_t saved_forward = 0, saved_recompute = 0;
+  int64_t gathers_forward = 0, gathers_recompute = 0;
+  int64_t outside = 0;  // everything outside regions: backward, gradient sync
+};
+
 struct StepResult {
   int64_t step = 0;
   double loss = 0;
@@ -39,6 +50,7 @@ struct StepResult {
   LayerStats stats;        // summed over the step's checkpoint invocations
   std::vector<LayerStats> layer_stats;  // per prepared layer
   std::vector<at::Tensor> grads;        // keep_grads: input-embedding grad, then every parameter's grad
+  StepCollectives collectives;          // parallel runs only
 };
 
 class Trainer {
@@ -48,8 +60,13 @@ class Trainer {
   // from Allocator::raw_allocate, which the TrackingAllocator cannot serve: a
   // bfloat16 trainer therefore does not track memory (peak_bytes -1), and is
   // refused in a process where the tracker is already installed.
+  // With `parallel` (config.parallel.distributed()), the model is split over
+  // the job's ranks (parallel.h): each rank trains its micro-batch of the
+  // global batch (micro_batch x dp rows) and synchronises gradients after
+  // backward.
   static absl::StatusOr<std::unique_ptr<Trainer>> create(const TrainConfig& config, const ModelRegistry& registry,
-                                                         const LogFn& log = logToStderr);
+                                                         const LogFn& log = logToStderr,
+                                                         std::shared_ptr<ParallelRuntime> parallel = nullptr);
   StepResult step(int64_t index, bool keep_grads = false);
 
   ZooModel& model() { return *model_; }
@@ -57,10 +74,12 @@ class Trainer {
   torch::optim::AdamW& optimizer() { return *optimizer_; }
   const Preparation& preparation() const { return preparation_; }
   const TrainConfig& config() const { return config_; }
+  const ParallelRuntime* parallel() const { return parallel_.get(); }
 
  private:
   Trainer() = default;
   TrainConfig config_;
+  std::shared_ptr<ParallelRuntime> parallel_;
   bool track_memory_ = true;
   std::shared_ptr<ZooModel> model_;
   Preparation preparation_;
@@ -81,12 +100,21 @@ struct CompareRow {
 struct CompareResult {
   std::vector<CompareRow> rows;  // off, full, selective
   bool bitwise = false;          // every loss and gradient equal to off bit for bit
+  // Parallel runs: rows' max_loss_diff / max_grad_diff are against the 1-rank
+  // run (an unsharded model on the whole global batch, trained alongside in
+  // every rank's process), maxima over all ranks; `bitwise` compares full and
+  // selective with the parallel off run. `failures` lists every broken rule
+  // (collective counts, peak memory) on this rank.
+  bool parallel = false;
+  std::vector<std::string> failures;
 };
 
 // Trains off, full and selective (the config's per-layer plan is dropped) for
-// config.train.steps steps, printing one progress line per step and mode to `out`.
+// config.train.steps steps, printing one progress line per step and mode to
+// `out` (rank 0 only, in a parallel run).
 absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelRegistry& registry, std::ostream& out,
-                                         const LogFn& log = logToStderr);
+                                         const LogFn& log = logToStderr,
+                                         std::shared_ptr<ParallelRuntime> parallel = nullptr);
 std::string formatCompareTable(const CompareResult& result);
 // "step 3/6 [selective] loss 5.43210 step 12.3 ms peak 1.23 MiB recomputed 420 served 36"
 std::string formatStepLine(const StepResult& r, int64_t steps, Mode mode);
