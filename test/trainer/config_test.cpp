@@ -176,5 +176,76 @@ TEST(TrainerConfig, PresetsAndOverrides) {
   EXPECT_FALSE(modelPreset("nope").ok());
 }
 
+TEST(TrainerConfig, ParallelDefaultsToOneRank) {
+  const TrainConfig c = parseOk("train: {steps: 1}\n");
+  EXPECT_EQ(c.parallel.worldSize(), 1);
+  EXPECT_FALSE(c.parallel.distributed());
+  const TrainConfig p = parseOk("parallel: {tp: 2, dp: 2, ep: 2, fsdp: true}\n");
+  EXPECT_EQ(p.parallel.tp, 2);
+  EXPECT_EQ(p.parallel.dp, 2);
+  EXPECT_EQ(p.parallel.ep, 2);
+  EXPECT_TRUE(p.parallel.fsdp);
+  EXPECT_EQ(p.parallel.worldSize(), 4) << "expert parallelism borrows data-parallel ranks";
+  EXPECT_EQ(p.parallel.where, "t.yaml:1:11");
+}
+
+TEST(TrainerConfig, ParallelExamplesParse) {
+  for (const char* name : {"tp2", "ep2_dp2", "dp2_fsdp", "tp2_ep2_dp2_fsdp"}) {
+    auto c = loadConfig(std::string(HPAC_SOURCE_DIR "/examples/distributed/") + name + ".yaml");
+    ASSERT_TRUE(c.ok()) << name << ": " << c.status().message();
+    EXPECT_TRUE(c->parallel.distributed()) << name;
+  }
+}
+
+TEST(TrainerConfig, ParallelRejections) {
+  auto has = [](const std::string& e, const std::string& part) {
+    EXPECT_NE(e.find(part), std::string::npos) << "'" << part << "' not in: " << e;
+  };
+  // Degrees must divide what they split; each message names the key, value and the constraint.
+  std::string e = parseError("model: {num_attention_heads: 6, num_key_value_heads: 3}\nparallel: {tp: 2}\n");
+  has(e, "t.yaml:2:16: parallel.tp: '2' must divide model.num_key_value_heads (3)");
+  e = parseError("parallel: {tp: 3}\n");
+  has(e, "parallel.tp: '3' must divide model.num_attention_heads (4)");
+  e = parseError("parallel: {tp: 2, moe: 1}\n");
+  has(e, "moe");
+  e = parseError("model: {num_attention_heads: 4, num_key_value_heads: 4, moe_intermediate_size: 30}\nparallel: {tp: 4}\n");
+  has(e, "model.moe_intermediate_size (30)");
+  e = parseError("parallel: {ep: 2}\n");
+  has(e, "t.yaml:1:16: parallel.ep: '2' must divide parallel.dp (1)");
+  has(e, "carved out of the data-parallel ranks");
+  e = parseError("model: {num_experts: 6, num_experts_per_tok: 2}\nparallel: {dp: 4, ep: 4}\n");
+  has(e, "parallel.ep: '4' must divide model.num_experts (6)");
+  e = parseError("parallel: {tp: 2, fsdp: true}\n");
+  has(e, "parallel.fsdp: true shards parameters over the data-parallel ranks, but parallel.dp is 1");
+  e = parseError("parallel: {tp: 0}\n");
+  has(e, "parallel.tp");
+  e = parseError("parallel: {dp: 16, tp: 8}\n");
+  has(e, "128 ranks; allowed: at most 64");
+  e = parseError("model: {preset: gpt2_tiny}\nparallel: {dp: 2}\n");
+  has(e, "is implemented for the Qwen3-MoE presets");
+  has(e, "'gpt2_tiny'");
+  e = parseError("train: {dtype: bfloat16}\nparallel: {dp: 2}\n");
+  has(e, "needs train.dtype: float32");
+  e = parseError("parallel: {fsdp: maybe}\n");
+  has(e, "parallel.fsdp");
+}
+
+TEST(TrainerConfig, EffectiveSummaryNamesEverySettingRanksMustShare) {
+  const TrainConfig a = parseOk("activation_checkpoint: {mode: full, layers: {\"1-2\": selective}}\nparallel: {dp: 2}\n");
+  TrainConfig b = a;
+  const std::string sa = effectiveSummary(a);
+  EXPECT_NE(sa.find("activation_checkpoint.mode=full"), std::string::npos) << sa;
+  EXPECT_NE(sa.find("activation_checkpoint.layers.1-2=selective"), std::string::npos) << sa;
+  EXPECT_NE(sa.find("parallel.dp=2"), std::string::npos) << sa;
+  b.activation_checkpoint.mode = Mode::kSelective;
+  EXPECT_NE(effectiveSummary(b), sa);
+  b = a;
+  b.activation_checkpoint.layers[0].mode = Mode::kFull;
+  EXPECT_NE(effectiveSummary(b), sa) << "a different plan must be a different config";
+  b = a;
+  b.train.seed = 7;
+  EXPECT_NE(effectiveSummary(b), sa);
+}
+
 }  // namespace
 }  // namespace hpac::trainer

@@ -14,7 +14,8 @@
 // Flags: --tp N --dp N (tp*dp = world size), --fsdp (MLP weights sharded over DP ranks, gathered in every
 // forward and recompute), --steps N, --mode off|full|selective|all,
 // --mode-rank1 M (rank 1 runs mode M: the consistency check must fail),
-// --die-rank R (rank R exits abruptly before its first collective), --profile (record_function
+// --die-rank R (rank R exits abruptly in the middle of its second step's forward, right after an
+// all-reduce: its peers are left waiting in the next collective), --profile (record_function
 // ranges around each sublayer, in forward only, to show that profiler ops do not shift replay).
 #include "policy/selective_policy.h"
 #include "replay/checkpoint.h"
@@ -131,6 +132,9 @@ struct Shard {
   }
 };
 
+// Set on the --die-rank rank for its second step.
+bool g_die_mid_step = false;
+
 at::Tensor rmsNorm(const at::Tensor& x) {
   return x * at::rsqrt(x.pow(2).mean(-1, true) + 1e-6);
 }
@@ -165,6 +169,10 @@ at::Tensor block(const at::Tensor& x, const std::vector<at::Tensor>& w, int64_t 
   const at::Tensor probs = at::softmax(at::matmul(q, k.transpose(-2, -1)).div(std::sqrt(double(hd))).masked_fill(causal, -INFINITY), -1);
   const at::Tensor ctx = at::matmul(probs, v).transpose(1, 2).reshape({b, s, heads * hd});
   const at::Tensor h1 = x + out(at::linear(ctx, w[3]));
+  if (g_die_mid_step) {  // fault injection: after this rank's first all-reduce of the step, inside the forward
+    std::cout << "rank exits abruptly in the middle of step 2's forward (fault injection)" << std::endl;
+    std::_Exit(3);
+  }
   if (profile) recordFunction(false, &range, "attention");
   const at::Tensor m_in = in(rmsNorm(h1));
   const at::Tensor h2 = h1 + out(at::linear(at::silu(at::linear(m_in, w[4])) * at::linear(m_in, w[5]), w[6]));
@@ -228,10 +236,6 @@ int main(int argc, char** argv) try {
       c10::make_intrusive<hpac::dist::CountingGloo>(tp_store, tp_rank, flags.tp, options, &tp_counts);
   c10::intrusive_ptr<c10d::ProcessGroup> dp_pg =
       c10::make_intrusive<hpac::dist::CountingGloo>(dp_store, dp_rank, flags.dp, options, &dp_counts);
-  if (env.rank == flags.die_rank) {
-    std::cout << "rank " << env.rank << " exits abruptly before its first collective (fault injection)" << std::endl;
-    std::_Exit(3);
-  }
 
   const FullParams full;
   const c10::intrusive_ptr<c10d::ProcessGroup> unsharded;
@@ -261,6 +265,7 @@ int main(int argc, char** argv) try {
     };
     std::map<std::string, double> worst;
     for (int step = 0; step < flags.steps; ++step) {
+      g_die_mid_step = env.rank == flags.die_rank && step == 1;
       tp_counts.reset();
       dp_counts.reset();
       // Sharded: this DP rank's micro-batch, the mean loss over DP ranks.
