@@ -54,6 +54,16 @@ struct AllReduceSum : public torch::autograd::Function<AllReduceSum> {
   }
 };
 
+// `layer(x)` as is (off), or checkpointed whole (full) or with the selective policy.
+template <typename Layer>
+at::Tensor runInMode(const Layer& layer, const at::Tensor& x, Mode mode, const std::shared_ptr<InvocationStats>& stats) {
+  if (mode == Mode::kOff) return layer(x);
+  CheckpointOptions o;
+  if (mode == Mode::kSelective) o.policy = selectivePolicy();
+  o.stats_out = stats;
+  return checkpoint(layer, x, o);
+}
+
 struct RankResult {
   std::vector<at::Tensor> grads;
   int forward_calls = -1;
@@ -78,15 +88,7 @@ RankResult runRank(int rank, const c10::intrusive_ptr<c10d::Store>& store, Mode 
   RankResult r;
   auto stats = std::make_shared<InvocationStats>();
   {
-    at::Tensor y;
-    if (mode == Mode::kOff) {
-      y = layer(x);
-    } else {
-      CheckpointOptions o;
-      if (mode == Mode::kSelective) o.policy = selectivePolicy();
-      o.stats_out = stats;
-      y = checkpoint(layer, x, o);
-    }
+    const at::Tensor y = runInMode(layer, x, mode, stats);
     r.forward_calls = pg->allreduce_calls;
     y.pow(2).sum().backward();
   }
@@ -96,15 +98,21 @@ RankResult runRank(int rank, const c10::intrusive_ptr<c10d::Store>& store, Mode 
   return r;
 }
 
-std::vector<RankResult> runTwoRanks(Mode mode) {
+// Runs `rank_fn(rank, store)` for `n` ranks, each on its own thread, over one store.
+template <typename Result, typename RankFn>
+std::vector<Result> runRanks(int n, RankFn rank_fn) {
   auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<RankResult> results(2);
+  std::vector<Result> results(n);
   std::vector<std::thread> ranks;
-  for (int rank = 0; rank < 2; ++rank) {
-    ranks.emplace_back([&, rank] { results[rank] = runRank(rank, store, mode); });
+  for (int rank = 0; rank < n; ++rank) {
+    ranks.emplace_back([&, rank] { results[rank] = rank_fn(rank, store); });
   }
   for (auto& t : ranks) t.join();
   return results;
+}
+
+std::vector<RankResult> runTwoRanks(Mode mode) {
+  return runRanks<RankResult>(2, [mode](int rank, const auto& store) { return runRank(rank, store, mode); });
 }
 
 TEST(Collectives, SelectiveServesTheAllReduceWithoutReissuingIt) {
@@ -163,16 +171,7 @@ ExchangeResult runExchangeRank(int rank, const c10::intrusive_ptr<c10d::Store>& 
     return dist::allToAll(processed, recv_counts, send_counts, pg) * in;
   };
   auto stats = std::make_shared<InvocationStats>();
-  at::Tensor y;
-  if (mode == Mode::kOff) {
-    y = layer(x);
-  } else {
-    CheckpointOptions o;
-    if (mode == Mode::kSelective) o.policy = selectivePolicy();
-    o.stats_out = stats;
-    y = checkpoint(layer, x, o);
-  }
-  y.pow(2).sum().backward();
+  runInMode(layer, x, mode, stats).pow(2).sum().backward();
   r.sends_forward = counts.send.forward;
   r.recvs_forward = counts.recv.forward;
   r.sends_recompute = counts.send.recompute;
@@ -184,14 +183,7 @@ ExchangeResult runExchangeRank(int rank, const c10::intrusive_ptr<c10d::Store>& 
 }
 
 std::vector<ExchangeResult> runThreeRanks(Mode mode) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<ExchangeResult> results(3);
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < 3; ++rank) {
-    ranks.emplace_back([&, rank] { results[rank] = runExchangeRank(rank, store, mode); });
-  }
-  for (auto& t : ranks) t.join();
-  return results;
+  return runRanks<ExchangeResult>(3, [mode](int rank, const auto& store) { return runExchangeRank(rank, store, mode); });
 }
 
 TEST(Collectives, SelectiveServesTheAllToAllWithoutReissuingIt) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace hpac::trainer {
 namespace {
@@ -129,11 +130,21 @@ TEST(TrainerConfig, LayerPlanRejections) {
   EXPECT_NE(e.find("expected a map"), std::string::npos) << e;
 }
 
+// Every document is rejected with a message holding "t.yaml:" and the expected part.
+struct Rejection {
+  const char* text;
+  const char* expect;
+};
+void expectRejected(const std::vector<Rejection>& cases) {
+  for (const Rejection& c : cases) {
+    const std::string e = parseError(c.text);
+    EXPECT_NE(e.find("t.yaml:"), std::string::npos) << c.text << ": " << e;
+    EXPECT_NE(e.find(c.expect), std::string::npos) << c.text << ": " << e;
+  }
+}
+
 TEST(TrainerConfig, TrainAndModelValuesAreChecked) {
-  struct Case {
-    const char* text;
-    const char* expect;
-  } cases[] = {
+  expectRejected({
       {"train: {steps: 0}\n", "'0' is out of range; allowed: integers in [1,"},
       {"train: {steps: ten}\n", "'ten' is not an integer"},
       {"train: {seq_len: 1.5}\n", "'1.5' is not an integer"},
@@ -150,12 +161,7 @@ TEST(TrainerConfig, TrainAndModelValuesAreChecked) {
       {"model: {num_layers: 2, num_kv_shared_layers: 2}\n", "num_kv_shared_layers: '2' is out of range"},
       {"model: [1]\n", "model: expected a map, got a sequence"},
       {"key: [unclosed\n", "YAML syntax error"},
-  };
-  for (const Case& c : cases) {
-    const std::string e = parseError(c.text);
-    EXPECT_NE(e.find("t.yaml:"), std::string::npos) << c.text << ": " << e;
-    EXPECT_NE(e.find(c.expect), std::string::npos) << c.text << ": " << e;
-  }
+  });
 }
 
 TEST(TrainerConfig, PresetsAndOverrides) {
@@ -198,36 +204,27 @@ TEST(TrainerConfig, ParallelExamplesParse) {
 }
 
 TEST(TrainerConfig, ParallelRejections) {
-  auto has = [](const std::string& e, const std::string& part) {
-    EXPECT_NE(e.find(part), std::string::npos) << "'" << part << "' not in: " << e;
-  };
   // Degrees must divide what they split; each message names the key, value and the constraint.
-  std::string e = parseError("model: {num_attention_heads: 6, num_key_value_heads: 3}\nparallel: {tp: 2}\n");
-  has(e, "t.yaml:2:16: parallel.tp: '2' must divide model.num_key_value_heads (3)");
-  e = parseError("parallel: {tp: 3}\n");
-  has(e, "parallel.tp: '3' must divide model.num_attention_heads (4)");
-  e = parseError("parallel: {tp: 2, moe: 1}\n");
-  has(e, "moe");
-  e = parseError("model: {num_attention_heads: 4, num_key_value_heads: 4, moe_intermediate_size: 30}\nparallel: {tp: 4}\n");
-  has(e, "model.moe_intermediate_size (30)");
-  e = parseError("parallel: {ep: 2}\n");
-  has(e, "t.yaml:1:16: parallel.ep: '2' must divide parallel.dp (1)");
-  has(e, "carved out of the data-parallel ranks");
-  e = parseError("model: {num_experts: 6, num_experts_per_tok: 2}\nparallel: {dp: 4, ep: 4}\n");
-  has(e, "parallel.ep: '4' must divide model.num_experts (6)");
-  e = parseError("parallel: {tp: 2, fsdp: true}\n");
-  has(e, "parallel.fsdp: true shards parameters over the data-parallel ranks, but parallel.dp is 1");
-  e = parseError("parallel: {tp: 0}\n");
-  has(e, "parallel.tp");
-  e = parseError("parallel: {dp: 16, tp: 8}\n");
-  has(e, "128 ranks; allowed: at most 64");
-  e = parseError("model: {preset: gpt2_tiny}\nparallel: {dp: 2}\n");
-  has(e, "is implemented for the Qwen3-MoE presets");
-  has(e, "'gpt2_tiny'");
-  e = parseError("train: {dtype: bfloat16}\nparallel: {dp: 2}\n");
-  has(e, "needs train.dtype: float32");
-  e = parseError("parallel: {fsdp: maybe}\n");
-  has(e, "parallel.fsdp");
+  expectRejected({
+      {"model: {num_attention_heads: 6, num_key_value_heads: 3}\nparallel: {tp: 2}\n",
+       "t.yaml:2:16: parallel.tp: '2' must divide model.num_key_value_heads (3)"},
+      {"parallel: {tp: 3}\n", "parallel.tp: '3' must divide model.num_attention_heads (4)"},
+      {"parallel: {tp: 2, moe: 1}\n", "moe"},
+      {"model: {num_attention_heads: 4, num_key_value_heads: 4, moe_intermediate_size: 30}\nparallel: {tp: 4}\n",
+       "model.moe_intermediate_size (30)"},
+      {"parallel: {ep: 2}\n", "t.yaml:1:16: parallel.ep: '2' must divide parallel.dp (1)"},
+      {"parallel: {ep: 2}\n", "carved out of the data-parallel ranks"},
+      {"model: {num_experts: 6, num_experts_per_tok: 2}\nparallel: {dp: 4, ep: 4}\n",
+       "parallel.ep: '4' must divide model.num_experts (6)"},
+      {"parallel: {tp: 2, fsdp: true}\n",
+       "parallel.fsdp: true shards parameters over the data-parallel ranks, but parallel.dp is 1"},
+      {"parallel: {tp: 0}\n", "parallel.tp"},
+      {"parallel: {dp: 16, tp: 8}\n", "128 ranks; allowed: at most 64"},
+      {"model: {preset: gpt2_tiny}\nparallel: {dp: 2}\n", "is implemented for the Qwen3-MoE presets"},
+      {"model: {preset: gpt2_tiny}\nparallel: {dp: 2}\n", "'gpt2_tiny'"},
+      {"train: {dtype: bfloat16}\nparallel: {dp: 2}\n", "needs train.dtype: float32"},
+      {"parallel: {fsdp: maybe}\n", "parallel.fsdp"},
+  });
 }
 
 TEST(TrainerConfig, EffectiveSummaryNamesEverySettingRanksMustShare) {
