@@ -66,7 +66,9 @@ TEST(TrainerRouting, OffHasNoSideEffects) {
   EXPECT_TRUE((*trainer)->model().config().use_cache);
   EXPECT_EQ(prep.warnings.size(), 1u);  // activation_swap has no effect on CPU
   for (const auto& m : (*trainer)->model().modules()) {
-    if (auto* l = dynamic_cast<CheckpointableLayer*>(m.get())) EXPECT_FALSE(l->checkpointSetting().enabled());
+    if (auto* l = dynamic_cast<CheckpointableLayer*>(m.get())) {
+      EXPECT_FALSE(l->checkpointSetting().enabled());
+    }
   }
   const uint64_t entries = fallbackEntriesOnThisThread();
   const InvocationStats before = globalStats();

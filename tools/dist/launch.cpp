@@ -3,12 +3,13 @@
 //   hpac-launch --nproc N [--master-addr 127.0.0.1] [--master-port P] [--grace-s S] -- command [args...]
 //
 // Each rank gets HPAC_RANK, HPAC_WORLD_SIZE, HPAC_MASTER_ADDR, HPAC_MASTER_PORT
-// (a free port when --master-port is 0, the default). Every line a rank prints
-// (stdout and stderr) is echoed prefixed with "[rank r] ". When a rank exits
-// with an error, the others get --grace-s seconds (default 30) to finish, then
-// are terminated, and hpac-launch exits 1 naming the failed ranks. No rank
-// ever waits forever on a dead peer: the process groups have timeouts of their
-// own (HPAC_DIST_TIMEOUT_S), and the launcher bounds the rest.
+// (a free port when --master-port is 0, the default) and OMP_NUM_THREADS
+// (cores / N unless set). Every line a rank prints (stdout and stderr) is
+// echoed prefixed with "[rank r] ". When a rank exits with an error, the
+// others get --grace-s seconds (default 30) to finish, then are terminated,
+// and hpac-launch exits 1 naming the failed ranks. No rank ever waits forever
+// on a dead peer: the process groups have timeouts of their own
+// (HPAC_DIST_TIMEOUT_S), and the launcher bounds the rest.
 #include "tools/dist/launcher.h"
 
 #include <cstdlib>

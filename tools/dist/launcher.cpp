@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -67,6 +68,11 @@ int launchRanks(const LaunchOptions& options, const std::vector<std::string>& co
   std::vector<char*> argv;
   for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  // Ranks share the machine's cores: unless the caller chose, each gets an
+  // equal share of intra-op threads (libtorch reads OMP_NUM_THREADS at start).
+  const char* preset_threads = std::getenv("OMP_NUM_THREADS");
+  const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  const std::string threads = preset_threads != nullptr ? preset_threads : std::to_string(std::max(1L, cores / nproc));
   std::vector<Rank> ranks(static_cast<size_t>(nproc));
   for (long r = 0; r < nproc; ++r) {
     int fds[2];
@@ -84,6 +90,7 @@ int launchRanks(const LaunchOptions& options, const std::vector<std::string>& co
       setenv("HPAC_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
       setenv("HPAC_MASTER_ADDR", addr.c_str(), 1);
       setenv("HPAC_MASTER_PORT", std::to_string(port).c_str(), 1);
+      setenv("OMP_NUM_THREADS", threads.c_str(), 1);
       execvp(argv[0], argv.data());
       std::cerr << "hpac-launch: cannot run '" << argv[0] << "': " << std::strerror(errno) << "\n";
       _exit(127);
@@ -92,7 +99,8 @@ int launchRanks(const LaunchOptions& options, const std::vector<std::string>& co
     ranks[r].pid = pid;
     ranks[r].out_fd = fds[0];
   }
-  std::cout << "[hpac-launch] " << nproc << " ranks, rendezvous " << addr << ":" << port << "\n";
+  std::cout << "[hpac-launch] " << nproc << " ranks, rendezvous " << addr << ":" << port << ", OMP_NUM_THREADS="
+            << threads << (preset_threads != nullptr ? " (from the environment)" : " per rank") << "\n";
 
   using Clock = std::chrono::steady_clock;
   Clock::time_point first_failure{};

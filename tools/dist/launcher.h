@@ -1,7 +1,8 @@
 // hpac/tools/dist/launcher.h
 //
 // Starts N local ranks of a command (hpac-launch, hpac-train --nproc N): each
-// rank gets HPAC_RANK, HPAC_WORLD_SIZE, HPAC_MASTER_ADDR, HPAC_MASTER_PORT;
+// rank gets HPAC_RANK, HPAC_WORLD_SIZE, HPAC_MASTER_ADDR, HPAC_MASTER_PORT,
+// and OMP_NUM_THREADS (cores / N unless already set);
 // every line it prints (stdout and stderr) is echoed prefixed with
 // "[rank r] ". When a rank exits with an error, the others get `grace_s`
 // seconds to finish, then are killed. No rank waits forever on a dead peer:
