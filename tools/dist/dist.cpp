@@ -30,10 +30,6 @@ int envInt(const char* name, int lo, int hi, int fallback, bool required) {
   return static_cast<int>(x);
 }
 
-void allreduce(std::vector<at::Tensor>& tensors, const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
-  c10d::ops::allreduce(pg, tensors)->wait();
-}
-
 struct CopyToTp : public torch::autograd::Function<CopyToTp> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             c10::intrusive_ptr<c10d::ProcessGroup> pg) {
@@ -43,18 +39,18 @@ struct CopyToTp : public torch::autograd::Function<CopyToTp> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad) {
     auto pg = ctx->saved_data["pg"].toCustomClass<c10d::ProcessGroup>();
-    std::vector<at::Tensor> g{grad[0].contiguous().clone()};
-    allreduce(g, pg);
-    return {g[0], at::Tensor()};
+    const at::Tensor g = grad[0].contiguous().clone();
+    allReduceInPlace(g, pg);
+    return {g, at::Tensor()};
   }
 };
 
 struct ReduceFromTp : public torch::autograd::Function<ReduceFromTp> {
   static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& x,
                             c10::intrusive_ptr<c10d::ProcessGroup> pg) {
-    std::vector<at::Tensor> out{x.contiguous().clone()};
-    allreduce(out, pg);
-    return out[0];
+    const at::Tensor out = x.contiguous().clone();
+    allReduceInPlace(out, pg);
+    return out;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
                                                  torch::autograd::variable_list grad) {
@@ -139,10 +135,10 @@ struct FsdpGather : public torch::autograd::Function<FsdpGather> {
                                                  torch::autograd::variable_list grad) {
     auto pg = ctx->saved_data["pg"].toCustomClass<c10d::ProcessGroup>();
     // Gloo has no reduce_scatter on 1.13: all-reduce, keep this rank's slice.
-    std::vector<at::Tensor> g{grad[0].reshape({-1}).clone()};
-    c10d::ops::allreduce(pg, g)->wait();
-    const int64_t n = g[0].numel() / pg->getSize();
-    return {g[0].narrow(0, pg->getRank() * n, n).div(pg->getSize()), at::Tensor(), at::Tensor()};
+    const at::Tensor g = grad[0].reshape({-1}).clone();
+    allReduceInPlace(g, pg);
+    const int64_t n = g.numel() / pg->getSize();
+    return {g.narrow(0, pg->getRank() * n, n).div(pg->getSize()), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -154,6 +150,13 @@ std::vector<std::string> lines(const std::string& s) {
 }
 
 }  // namespace
+
+void allReduceInPlace(const at::Tensor& t, const c10::intrusive_ptr<c10d::ProcessGroup>& pg, c10d::ReduceOp op) {
+  std::vector<at::Tensor> one{t};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = op;
+  c10d::ops::allreduce(pg, one, opts)->wait();
+}
 
 DistEnv readDistEnv() {
   DistEnv env;
@@ -220,8 +223,7 @@ void allReduceGradients(const std::vector<at::Tensor>& params, const c10::intrus
     if (p.grad().defined()) grads.push_back(p.grad());
   }
   for (at::Tensor& g : grads) {
-    std::vector<at::Tensor> one{g};
-    allreduce(one, pg);
+    allReduceInPlace(g, pg);
     g.div_(pg->getSize());
   }
 }

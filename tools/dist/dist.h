@@ -41,6 +41,11 @@ c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> glooOptions(const DistEnv& e
 // with rank 0's. Throws c10::Error naming the ranks and the differing lines.
 void checkSameConfig(c10d::Store& store, int rank, int world_size, const std::string& summary);
 
+// Reduces `t` over `pg` in place (sum unless `op` says otherwise) through the
+// dispatcher-routed c10d::allreduce_, and waits for it.
+void allReduceInPlace(const at::Tensor& t, const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+                      c10d::ReduceOp op = c10d::ReduceOp::SUM);
+
 // Tensor parallelism (Megatron style). Collectives are dispatcher-routed
 // c10d::allreduce_ calls on `pg`.
 //  copyToTensorParallel:     forward identity, backward all-reduce of the gradient

@@ -26,7 +26,6 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/custom_function.h>
-#include <torch/csrc/distributed/c10d/Ops.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <atomic>
@@ -293,10 +292,7 @@ int main(int argc, char** argv) try {
       const at::Tensor loss = y.pow(2).mean();
       loss.backward();
       // The replicated router's gradient is partial on each EP rank (its own experts' tokens): sum it.
-      if (flags.tp > 1) {
-        std::vector<at::Tensor> g{shard.gate.grad()};
-        c10d::ops::allreduce(tp_pg, g)->wait();
-      }
+      if (flags.tp > 1) hpac::dist::allReduceInPlace(shard.gate.grad(), tp_pg);
       hpac::dist::allReduceGradients(shard.list(), dp_pg);
       std::vector<at::Tensor> xs_grad{xs.grad().clone()};
 

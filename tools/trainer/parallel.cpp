@@ -7,7 +7,6 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
-#include <torch/csrc/distributed/c10d/Ops.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <map>
@@ -22,11 +21,6 @@ bool isAttentionProjection(const std::string& name) {
     if (absl::EndsWith(name, absl::StrCat("self_attn.", p))) return true;
   }
   return false;
-}
-
-void allReduceInPlace(const at::Tensor& t, const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
-  std::vector<at::Tensor> one{t};
-  c10d::ops::allreduce(pg, one)->wait();
 }
 
 }  // namespace
@@ -136,24 +130,22 @@ void synchronizeGradients(Qwen3MoeForCausalLM& model, const ParallelRuntime& rt)
     if (!g.defined()) continue;
     const std::string& name = item.key();
     if (p.tp > 1 && (absl::EndsWith(name, "q_norm.weight") || absl::EndsWith(name, "k_norm.weight"))) {
-      allReduceInPlace(g, rt.tp_pg);
+      dist::allReduceInPlace(g, rt.tp_pg);
     }
     if (name.find(kExperts) != std::string::npos) {
-      if (p.dp / p.ep > 1) allReduceInPlace(g, rt.expert_dp_pg);
+      if (p.dp / p.ep > 1) dist::allReduceInPlace(g, rt.expert_dp_pg);
       if (p.dp > 1) g.div_(p.dp);
     } else if (!(p.fsdp && isAttentionProjection(name)) && p.dp > 1) {
-      allReduceInPlace(g, rt.dp_pg);
+      dist::allReduceInPlace(g, rt.dp_pg);
       g.div_(p.dp);
     }
   }
 }
 
 double allReduceScalar(double value, const c10::intrusive_ptr<c10d::ProcessGroup>& pg, bool max) {
-  std::vector<at::Tensor> one{at::full({1}, value, at::kDouble)};
-  c10d::AllreduceOptions opts;
-  if (max) opts.reduceOp = c10d::ReduceOp::MAX;
-  c10d::ops::allreduce(pg, one, opts)->wait();
-  return one[0].item<double>();
+  const at::Tensor t = at::full({1}, value, at::kDouble);
+  dist::allReduceInPlace(t, pg, max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM);
+  return t.item<double>();
 }
 
 }  // namespace hpac::trainer

@@ -80,16 +80,19 @@ Qwen3MoeSparseMoeBlockImpl::Qwen3MoeSparseMoeBlockImpl(const ModelSpec& spec)
   }
 }
 
+std::pair<at::Tensor, at::Tensor> Qwen3MoeSparseMoeBlockImpl::route(const at::Tensor& flat) {
+  at::Tensor routing_weights = at::softmax(gate(flat), 1, at::kFloat);
+  at::Tensor selected;
+  std::tie(routing_weights, selected) = at::topk(routing_weights, top_k_, -1);
+  if (norm_topk_prob_) routing_weights /= routing_weights.sum(-1, /*keepdim=*/true);  // in place, as HF
+  return {routing_weights.to(flat.scalar_type()), selected};
+}
+
 at::Tensor Qwen3MoeSparseMoeBlockImpl::forward(const at::Tensor& x) {
   if (par_) return forwardParallel(x);
   const int64_t h = x.size(-1);
   const at::Tensor flat = x.reshape({-1, h});
-  const at::Tensor router_logits = gate(flat);
-  at::Tensor routing_weights = at::softmax(router_logits, 1, at::kFloat);
-  at::Tensor selected;
-  std::tie(routing_weights, selected) = at::topk(routing_weights, top_k_, -1);
-  if (norm_topk_prob_) routing_weights /= routing_weights.sum(-1, /*keepdim=*/true);  // in place, as HF
-  routing_weights = routing_weights.to(x.scalar_type());
+  const auto [routing_weights, selected] = route(flat);
 
   at::Tensor out = at::zeros({flat.size(0), h}, x.options());
   // expert_mask [E, top_k, tokens]: which (slot, token) pairs each expert serves.
@@ -122,11 +125,7 @@ at::Tensor Qwen3MoeSparseMoeBlockImpl::forwardParallel(const at::Tensor& x) {
   const ParallelRuntime& rt = *par_;
   const int64_t h = x.size(-1), ep = rt.spec.ep, local = rt.localExperts();
   const at::Tensor flat = x.reshape({-1, h});
-  at::Tensor routing_weights = at::softmax(gate(flat), 1, at::kFloat);
-  at::Tensor selected;
-  std::tie(routing_weights, selected) = at::topk(routing_weights, top_k_, -1);
-  if (norm_topk_prob_) routing_weights /= routing_weights.sum(-1, /*keepdim=*/true);  // in place, as HF
-  routing_weights = routing_weights.to(x.scalar_type());
+  const auto [routing_weights, selected] = route(flat);
 
   const at::Tensor choice = selected.reshape({-1});
   const at::Tensor order = std::get<1>(at::sort(choice, /*stable=*/true, 0, /*descending=*/false));
@@ -146,13 +145,13 @@ at::Tensor Qwen3MoeSparseMoeBlockImpl::forwardParallel(const at::Tensor& x) {
   const at::Tensor received = dist::allToAll(flat.index_select(0, token), send_counts, recv_counts, rt.ep_pg);
 
   // Received rows grouped by local expert: perm[i] is the received row at grouped position i.
+  // Each source's rows are ordered by expert: walk them with one cursor per source.
   std::vector<int64_t> perm, inverse(static_cast<size_t>(src_offset[ep]));
+  std::vector<int64_t> cursor(src_offset.begin(), src_offset.end() - 1);
   perm.reserve(inverse.size());
   for (int64_t j = 0; j < local; ++j) {
     for (int64_t src = 0; src < ep; ++src) {
-      int64_t row = src_offset[src];
-      for (int64_t jj = 0; jj < j; ++jj) row += got[src][jj];
-      for (int64_t i = 0; i < got[src][j]; ++i) perm.push_back(row + i);
+      for (int64_t i = 0; i < got[src][j]; ++i) perm.push_back(cursor[src]++);
       expert_rows[j] += got[src][j];
     }
   }

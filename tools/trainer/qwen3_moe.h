@@ -18,6 +18,8 @@
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 
+#include <utility>
+
 namespace hpac::trainer {
 
 struct ParallelRuntime;  // parallel.h
@@ -64,6 +66,8 @@ class Qwen3MoeSparseMoeBlockImpl : public torch::nn::Module {
   // Tokens dispatched all-to-all to the EP rank owning their expert, the
   // experts' width split over the TP group, results combined all-to-all.
   at::Tensor forwardParallel(const at::Tensor& x);
+  // The router over tokens [N, hidden]: top-k weights (x's dtype) and expert ids, [N, top_k] each.
+  std::pair<at::Tensor, at::Tensor> route(const at::Tensor& flat);
   std::shared_ptr<const ParallelRuntime> par_;
   int64_t num_experts_, top_k_;
   bool norm_topk_prob_;
