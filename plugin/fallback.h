@@ -22,4 +22,10 @@ uint64_t fallbackEntriesOnThisThread();
 const char* version();
 std::string libraryPath();
 
+// The torch version this libhpac was compiled against (CMake's Torch_VERSION)
+// and the one running in this process ("" if it cannot be told); see
+// Note [One torch per libhpac] in plugin/registration.cpp.
+const char* builtForTorch();
+std::string runningTorchVersion();
+
 }  // namespace hpac

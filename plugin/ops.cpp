@@ -72,6 +72,8 @@ class InvocationHandle : public torch::CustomClassHolder {
 
   c10::Dict<std::string, int64_t> stats() const { return toDict(invocation_->stats()); }
   int64_t storedEntries() const { return static_cast<int64_t>(invocation_->storedEntries()); }
+  void recordOps(bool on) { invocation_->recordOps(on); }
+  std::vector<std::string> opLog() const { return invocation_->opLog(); }
 
  private:
   std::unique_ptr<Invocation> invocation_;
@@ -85,6 +87,7 @@ class InvocationHandle : public torch::CustomClassHolder {
 void registerHpacOps(torch::Library& m) {
   m.def("version() -> str", [] { return std::string(version()); });
   m.def("library_path() -> str", [] { return libraryPath(); });
+  m.def("built_for_torch() -> str", [] { return std::string(builtForTorch()); });
   m.def("dispatch_key() -> str", [] { return std::string(c10::toString(dispatchKey())); });
   m.def("fallback_status() -> str", [] {
     const FallbackStatus s = fallbackStatus();
@@ -112,7 +115,9 @@ void registerHpacOps(torch::Library& m) {
       .def("enter", &InvocationHandle::enter)
       .def("exit", &InvocationHandle::exit)
       .def("stats", &InvocationHandle::stats)
-      .def("stored_entries", &InvocationHandle::storedEntries);
+      .def("stored_entries", &InvocationHandle::storedEntries)
+      .def("record_ops", &InvocationHandle::recordOps)
+      .def("op_log", &InvocationHandle::opLog);
 }
 
 }  // namespace hpac

@@ -4,6 +4,7 @@
 // any TorchScript or C++ caller going through the dispatcher) uses:
 //
 //   torch.ops.hpac.version() -> str           torch.ops.hpac.library_path() -> str
+//   torch.ops.hpac.built_for_torch() -> str   (the torch version libhpac was compiled against)
 //   torch.ops.hpac.dispatch_key() -> str      torch.ops.hpac.fallback_status() -> str
 //   torch.ops.hpac.global_stats() -> Dict[str, int]
 //   torch.ops.hpac.reset_global_stats() -> None
@@ -13,7 +14,8 @@
 //   torch.classes.hpac.Invocation(kind: str, save_list: List[str], allow_cache_mutation: bool)
 //       kind: "selective" (built-in policy), "full" (recompute everything), "save_list"
 //       .id() -> int, .enter(phase: "forward"|"recompute"), .exit(), .stats() -> Dict[str, int],
-//       .stored_entries() -> int
+//       .stored_entries() -> int, .record_ops(on: bool), .op_log() -> List[str]
+//       ("forward aten::mm saved", "recompute aten::mm served", ...: every op handed to the invocation)
 #pragma once
 
 #include <torch/library.h>

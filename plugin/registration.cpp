@@ -12,11 +12,27 @@
 // as a c10::Error (fallbackStatus(), checkFallbackRegistered()).
 // Loading the same file twice is a no-op by construction: the dynamic loader
 // returns the handle it already has and runs no constructor again.
+//
+// Note [One torch per libhpac]
+// libhpac is compiled against one torch's C++ headers, and libtorch has no
+// stable C++ ABI across minor versions (c10::Allocator, the autograd Engine and
+// c10d::Work changed between 1.13 and 2.x). Before touching the dispatcher the
+// load compares the torch version it was built for (HPAC_TORCH_VERSION, also
+// kept in the file as the marker kTorchMarker so that the Python module can
+// read it without loading) with the running one (at::show_config()'s
+// TORCH_VERSION, present in 1.13 and 2.x); on a different major.minor it
+// registers nothing, says so naming both versions, and stays inactive.
+// Where the two torches' libraries have different names (Debian's versioned
+// libtorch_cpu.so.1.13 beside a wheel's libtorch_cpu.so), the dynamic loader
+// pulls the second libtorch in with libhpac and its own static constructors
+// crash before hpac's code runs; only a check before dlopen can catch that,
+// and hpac.load() makes it (plugin/python/hpac).
 #include "plugin/fallback.h"
 #include "plugin/ops.h"
 
 #include "replay/dispatch_key.h"
 
+#include <ATen/Version.h>
 #include <c10/core/DispatchKey.h>
 #include <torch/library.h>
 
@@ -29,10 +45,33 @@
 #define HPAC_VERSION "unknown"
 #endif
 
+// The marker Note [One torch per libhpac] refers to: "hpac-built-for-torch=X.Y.Z;".
+extern "C" __attribute__((used, visibility("default"))) const char hpac_built_for_torch[] =
+    "hpac-built-for-torch=" HPAC_TORCH_VERSION ";";
+
 namespace hpac {
 
 const char* version() {
   return HPAC_VERSION;
+}
+
+const char* builtForTorch() {
+  return HPAC_TORCH_VERSION;
+}
+
+std::string runningTorchVersion() {
+  const std::string config = at::show_config();
+  const std::string tag = "TORCH_VERSION=";
+  const size_t at = config.find(tag);
+  if (at == std::string::npos) return "";
+  const size_t begin = at + tag.size();
+  return config.substr(begin, config.find_first_of(", \n", begin) - begin);
+}
+
+bool sameTorchRelease(const std::string& a, const std::string& b) {
+  // major.minor: "2.13.0" and "2.13.1" share an ABI; "1.13.0" and "2.13.0" do not.
+  auto major_minor = [](const std::string& v) { return v.substr(0, v.find('.', v.find('.') + 1)); };
+  return !a.empty() && !b.empty() && major_minor(a) == major_minor(b);
 }
 
 std::string libraryPath() {
@@ -69,6 +108,17 @@ Registration& registration() {
 }
 
 void registerAtLoad() {
+  const std::string running = runningTorchVersion();
+  if (!sameTorchRelease(running, builtForTorch())) {
+    const std::string reason = std::string("this libhpac (") + libraryPath() + ") was built for torch " +
+                               builtForTorch() + " but the process runs torch " +
+                               (running.empty() ? "of an unknown version" : running) +
+                               "; hpac registered nothing and stays inactive. Rebuild hpac against the running "
+                               "torch (tools/build.sh, or pip install . in that environment)";
+    setFallbackStatus(false, reason);
+    std::cerr << "hpac: " << reason << "\n";
+    return;
+  }
   auto& dispatcher = c10::Dispatcher::singleton();
   Registration& r = registration();
   // The op namespace first, and even when the fallback cannot be registered:

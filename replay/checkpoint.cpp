@@ -185,6 +185,18 @@ class RecomputeHooks final : public SavedVariableHooks {
 // thread, and delegates everything else — execution included — to whatever
 // engine was installed before it (the base engine, or Python's engine, whose
 // saved_tensors_hooks keep working).
+//
+// The graph root's pointer type changed across torch versions (shared_ptr<Node>
+// in 1.13, intrusive_ptr<Node> in 2.x); it is read off the base class's own
+// signature so that the override matches whichever torch this is built against.
+template <typename MemberFn>
+struct SecondParameter;
+template <typename R, typename C, typename A1, typename A2, typename A3>
+struct SecondParameter<R (C::*)(A1, A2, A3)> {
+  using type = A2;
+};
+using GraphRootPtr = SecondParameter<decltype(&Engine::execute_with_graph_task)>::type;
+
 class CheckpointEngine final : public Engine {
  public:
   explicit CheckpointEngine(Engine& previous) : previous_(previous) {}
@@ -197,7 +209,7 @@ class CheckpointEngine final : public Engine {
 
   c10::intrusive_ptr<at::ivalue::Future> execute_with_graph_task(
       const std::shared_ptr<torch::autograd::GraphTask>& graph_task,
-      std::shared_ptr<torch::autograd::Node> graph_root, torch::autograd::InputBuffer&& input_buffer) override {
+      GraphRootPtr graph_root, torch::autograd::InputBuffer&& input_buffer) override {
     return previous_.execute_with_graph_task(graph_task, std::move(graph_root), std::move(input_buffer));
   }
 

@@ -3,6 +3,7 @@
 #include "replay/dispatch_key.h"
 
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/macros/Macros.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -199,6 +200,7 @@ void Invocation::handle(Phase phase, const c10::OperatorHandle& op, c10::Dispatc
   }
   if (tables_.isIgnored(op)) {
     ++stats_.ignored;
+    if (C10_UNLIKELY(record_ops_)) logOp(phase, op, "ignored");
     runBelowHpac(op, ks, stack);
     return;
   }
@@ -209,6 +211,9 @@ void Invocation::handle(Phase phase, const c10::OperatorHandle& op, c10::Dispatc
   const OpContext ctx{recompute, id_, op, occurrence,
                       c10::ArrayRef<c10::IValue>(stack->data() + args_begin, num_args)};
   const bool save_op = isSave(policy_->decide(ctx));
+  if (C10_UNLIKELY(record_ops_)) {
+    logOp(phase, op, recompute ? (save_op ? "served" : "recomputed") : (save_op ? "saved" : "run"));
+  }
 
   if (!recompute) {
     ++stats_.ops_forward;
@@ -229,6 +234,12 @@ void Invocation::handle(Phase phase, const c10::OperatorHandle& op, c10::Dispatc
     ++stats_.recomputed;
     runBelowHpac(op, ks, stack);
   }
+}
+
+void Invocation::logOp(Phase phase, const c10::OperatorHandle& op, const char* action) {
+  const auto& name = op.operator_name();
+  op_log_.push_back(std::string(toString(phase)) + " " + name.name +
+                    (name.overload_name.empty() ? "" : "." + name.overload_name) + " " + action);
 }
 
 // Note [Unsafe aliases]

@@ -77,6 +77,13 @@ class Invocation {
   // The fallback's entry point for every op of this region.
   void handle(Phase phase, const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
 
+  // Op log, off by default (tests and explain tools): while on, every op the
+  // fallback hands to this invocation is appended as "phase ns::op.overload
+  // action", action one of ignored, run (forward, recompute policy), saved,
+  // served, recomputed.
+  void recordOps(bool on) { record_ops_ = on; }
+  const std::vector<std::string>& opLog() const { return op_log_; }
+
  private:
   struct Key {
     OpId op;
@@ -119,6 +126,9 @@ class Invocation {
   int64_t stored_bytes_ = 0;
   InvocationStats stats_;
   InvocationStats reported_;  // part of stats_ already added to the global totals
+  bool record_ops_ = false;
+  std::vector<std::string> op_log_;
+  void logOp(Phase phase, const c10::OperatorHandle& op, const char* action);
 };
 
 }  // namespace hpac

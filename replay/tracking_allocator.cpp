@@ -21,7 +21,7 @@ TrackingAllocator& TrackingAllocator::install() {
   return *tracker;
 }
 
-c10::DataPtr TrackingAllocator::allocate(size_t nbytes) const {
+c10::DataPtr TrackingAllocator::allocate(size_t nbytes) HPAC_ALLOCATOR_CONST {
   if (fail_countdown_.load(std::memory_order_relaxed) > 0 && fail_countdown_.fetch_sub(1) == 1) {
     TORCH_CHECK(false, "TrackingAllocator: simulated out of memory allocating ", nbytes, " bytes");
   }

@@ -9,6 +9,8 @@
 // Thread safety: counters are atomics; allocate/free may run on any thread.
 #pragma once
 
+#include "replay/torch_compat.h"
+
 #include <c10/core/Allocator.h>
 
 #include <atomic>
@@ -35,7 +37,12 @@ class TrackingAllocator final : public c10::Allocator {
   // out. failAfter(0) disarms.
   void failAfter(int64_t n) { fail_countdown_.store(n, std::memory_order_relaxed); }
 
-  c10::DataPtr allocate(size_t nbytes) const override;
+  c10::DataPtr allocate(size_t nbytes) HPAC_ALLOCATOR_CONST override;
+#if HPAC_TORCH_AT_LEAST(2, 3)
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#endif
   // The DataPtr's context is its data pointer (what Allocator::raw_allocate
   // requires: GELU's CPU kernel and bfloat16 mm use it), so the inner
   // allocation and its size live in a side table keyed by that pointer.

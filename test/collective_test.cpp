@@ -19,7 +19,6 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/distributed/c10d/Ops.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <atomic>
@@ -28,24 +27,13 @@
 namespace hpac {
 namespace {
 
-class CountingGloo final : public c10d::ProcessGroupGloo {
- public:
-  using c10d::ProcessGroupGloo::ProcessGroupGloo;
-  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
-                                           const c10d::AllreduceOptions& opts) override {
-    ++allreduce_calls;
-    return c10d::ProcessGroupGloo::allreduce(tensors, opts);
-  }
-  std::atomic<int> allreduce_calls{0};
-};
-
 // Row-parallel reduction: sum of the ranks' partial results in forward,
 // gradient passed through unchanged in backward (each rank owns its shard).
 struct AllReduceSum : public torch::autograd::Function<AllReduceSum> {
   static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& partial,
                             c10::intrusive_ptr<c10d::ProcessGroup> pg) {
     std::vector<at::Tensor> out{partial.clone()};
-    c10d::ops::allreduce(pg, out)->wait();  // through the dispatcher: c10d::allreduce_
+    dist::allReduce(pg, out)->wait();  // through the dispatcher: c10d::allreduce_
     return out[0];
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
@@ -74,7 +62,8 @@ struct RankResult {
 RankResult runRank(int rank, const c10::intrusive_ptr<c10d::Store>& store, Mode mode) {
   auto options = c10d::ProcessGroupGloo::Options::create();
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  auto pg = c10::make_intrusive<CountingGloo>(store, rank, 2, options);
+  dist::CollectiveCounts counts;
+  auto pg = dist::countingGlooGroup(store, rank, 2, options, &counts);
   // Rank threads run concurrently: each draws from its own generator, never the global one.
   at::Generator shard_gen = at::detail::createCPUGenerator(100 + rank);  // each rank owns a different shard
   at::Generator input_gen = at::detail::createCPUGenerator(7);           // the same input on both ranks
@@ -89,10 +78,10 @@ RankResult runRank(int rank, const c10::intrusive_ptr<c10d::Store>& store, Mode 
   auto stats = std::make_shared<InvocationStats>();
   {
     const at::Tensor y = runInMode(layer, x, mode, stats);
-    r.forward_calls = pg->allreduce_calls;
+    r.forward_calls = static_cast<int>(counts.allreduce.total());
     y.pow(2).sum().backward();
   }
-  r.total_calls = pg->allreduce_calls;
+  r.total_calls = static_cast<int>(counts.allreduce.total());
   r.stats = *stats;
   r.grads = {x.grad(), w_in.grad(), w_out.grad()};
   return r;
@@ -152,7 +141,7 @@ ExchangeResult runExchangeRank(int rank, const c10::intrusive_ptr<c10d::Store>& 
   dist::CollectiveCounts counts;
   auto options = c10d::ProcessGroupGloo::Options::create();
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  c10::intrusive_ptr<c10d::ProcessGroup> pg = c10::make_intrusive<dist::CountingGloo>(store, rank, kRanks, options, &counts);
+  c10::intrusive_ptr<c10d::ProcessGroup> pg = dist::countingGlooGroup(store, rank, kRanks, options, &counts);
   // send[r][d]: rows rank r sends to rank d (rank 0 sends nothing to rank 2).
   const int64_t send[kRanks][kRanks] = {{2, 3, 0}, {1, 1, 2}, {3, 2, 1}};
   std::vector<int64_t> send_counts, recv_counts;

@@ -1,13 +1,43 @@
 #!/usr/bin/env bash
-# Configures and builds hpac into build/ (installs missing packages first).
-# Usage: tools/build.sh [extra cmake args...]
+# Configures and builds hpac (installs what is missing first, tools/setup.sh).
+# Usage: tools/build.sh [--torch pip|debian] [extra cmake args...]
+#   --torch pip     (default) torch 2.13.0 from the project's .venv, through its
+#                   CMake config (torch.utils.cmake_prefix_path); into build/
+#   --torch debian  Debian's libtorch 1.13.1 (the compatibility leg); into
+#                   build-torch1.13/
+# Another torch: HPAC_TORCH_PYTHON=<python whose torch to use> with --torch pip.
+# HPAC_BUILD_DIR overrides the build folder, HPAC_JOBS the parallel jobs.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+torch_kind=pip
+if [ "${1:-}" = "--torch" ]; then
+  torch_kind=${2:-}
+  shift 2 || true
+fi
 "$root/tools/setup.sh"
-build=${HPAC_BUILD_DIR:-$root/build}
 jobs=${HPAC_JOBS:-$(nproc)}
-echo "[hpac build] configuring $build"
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release "$@" >"$build.configure.log" 2>&1 || {
+case "$torch_kind" in
+  pip)
+    python=${HPAC_TORCH_PYTHON:-$root/.venv/bin/python}
+    build=${HPAC_BUILD_DIR:-$root/build}
+    prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+    lib=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+    # TorchConfig's find_library would take Debian's libc10.so first (see CMakeLists.txt): name the wheel's.
+    torch_args=(-DCMAKE_PREFIX_PATH="$prefix" -DHPAC_PYTHON="$python" -Dc10_LIBRARY="$lib/libc10.so"
+                -DTORCH_LIBRARY="$lib/libtorch.so")
+    ;;
+  debian)
+    python=/usr/bin/python3
+    build=${HPAC_BUILD_DIR:-$root/build-torch1.13}
+    torch_args=(-DHPAC_PYTHON="$python")
+    ;;
+  *)
+    echo "[hpac build] --torch '$torch_kind' is not allowed; allowed: pip (torch 2.13 in .venv), debian (libtorch 1.13)" >&2
+    exit 2
+    ;;
+esac
+echo "[hpac build] configuring $build ($("$python" -c 'import torch; print("torch", torch.__version__)'))"
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release "${torch_args[@]}" "$@" >"$build.configure.log" 2>&1 || {
   cat "$build.configure.log" >&2
   exit 1
 }

@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# hpac set-up: installs the Debian packages hpac needs, only those that are missing.
-# Idempotent: a second run does nothing but check. No download source other than Debian's archive.
+# hpac set-up: installs what hpac needs, only what is missing. Idempotent: a
+# second run does nothing but check.
+#  1. Debian packages (as root, or with sudo): the toolchain, abseil, yaml-cpp,
+#     GoogleTest, Google Benchmark, OpenBLAS, and Debian's torch 1.13.1
+#     (libtorch-dev, python3-torch), the compatibility leg.
+#  2. The virtual environment .venv (ignored by git) with the pinned packages of
+#     tools/requirements.txt: torch 2.13.0, the default torch of every build.
 #
-# Usage: tools/setup.sh            (as root, or with sudo available)
+# Usage: tools/setup.sh
+# Environment: HPAC_VENV (default <repo>/.venv), HPAC_VENV_PYTHON (the Python
+# 3.11 that creates it; default python3).
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
 
 packages=(
   cmake g++ make
@@ -14,7 +22,7 @@ packages=(
   libgtest-dev libgmock-dev
   libbenchmark-dev
   libopenblas0-pthread
-  python3-torch python3-pytest
+  python3-torch python3-pytest python3-venv
 )
 
 missing=()
@@ -25,26 +33,40 @@ for p in "${packages[@]}"; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "[hpac setup] all ${#packages[@]} packages present"
+  echo "[hpac setup] all ${#packages[@]} Debian packages present"
+else
+  sudo_cmd=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+      sudo_cmd=(sudo)
+    else
+      echo "[hpac setup] missing packages: ${missing[*]}" >&2
+      echo "[hpac setup] run this script as root (or install sudo) so it can apt-get them" >&2
+      exit 1
+    fi
+  fi
+  echo "[hpac setup] installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # A fresh root has no package lists yet; refresh them when they are absent or older than a day.
+  if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mtime -1 2>/dev/null | head -1)" ]; then
+    "${sudo_cmd[@]}" apt-get update -q
+  fi
+  "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+venv=${HPAC_VENV:-$root/.venv}
+requirements=$root/tools/requirements.txt
+stamp=$venv/.hpac-requirements
+if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && cmp -s "$requirements" "$stamp"; then
+  echo "[hpac setup] $(basename "$venv") up to date ($("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
   exit 0
 fi
-
-sudo_cmd=()
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then
-    sudo_cmd=(sudo)
-  else
-    echo "[hpac setup] missing packages: ${missing[*]}" >&2
-    echo "[hpac setup] run this script as root (or install sudo) so it can apt-get them" >&2
-    exit 1
-  fi
+if [ ! -x "$venv/bin/python" ]; then
+  py=${HPAC_VENV_PYTHON:-python3}
+  echo "[hpac setup] creating $(basename "$venv") with $("$py" --version 2>&1)"
+  "$py" -m venv "$venv"
 fi
-
-echo "[hpac setup] installing: ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-# A fresh root has no package lists yet; refresh them when they are absent or older than a day.
-if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mtime -1 2>/dev/null | head -1)" ]; then
-  "${sudo_cmd[@]}" apt-get update -q
-fi
-"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
-echo "[hpac setup] done"
+echo "[hpac setup] installing tools/requirements.txt into $(basename "$venv")"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements"
+cp "$requirements" "$stamp"
+echo "[hpac setup] $(basename "$venv"): $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)')"

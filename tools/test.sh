@@ -1,24 +1,48 @@
 #!/usr/bin/env bash
-# Every test: set up, build, run the whole CTest suite (GoogleTest suites, the
-# Python tests, the demo checks), then the core's GoogleTest suites again in an
-# AddressSanitizer + UndefinedBehaviorSanitizer build. Fails if no test ran.
-# HPAC_SKIP_SANITIZER=1 skips the sanitizer stage.
+# Every test (CI runs exactly this). Set up, then two torch legs and a sanitizer stage:
+#  1. torch 2.13 (pip, .venv; build/): everything built, every CTest entry run (GoogleTest suites, trainer,
+#     distributed, Python tests including context_fn and PyTorch's own SAC as the peer, demo checks);
+#  2. torch 1.13.1 (Debian; build-torch1.13/): the compatibility leg, the core's GoogleTest suites, the Python
+#     tests and the LD_PRELOAD tests (no trainer, benchmarks or multi-rank tests);
+#  3. the core's GoogleTest suites again in an AddressSanitizer + UndefinedBehaviorSanitizer build (Debian's torch).
+# Each leg's Python tests also load the other leg's libhpac.so, which must be refused naming both versions.
+# Fails if a leg ran no test. HPAC_SKIP_SANITIZER=1 skips stage 3.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-"$root/tools/build.sh"
-build=${HPAC_BUILD_DIR:-$root/build}
 jobs=${HPAC_JOBS:-$(nproc)}
-(cd "$build" && ctest --output-on-failure -j "$jobs" | tee "$build/ctest.log")
-total=$(sed -n 's/.*tests passed, [0-9]* tests failed out of \([0-9]*\).*/\1/p' "$build/ctest.log")
-if [ -z "$total" ] || [ "$total" -eq 0 ]; then
-  echo "[hpac test] no tests ran" >&2
-  exit 1
-fi
+pip_build=$root/build
+debian_build=$root/build-torch1.13
+start=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - start )) s"; }
+
+HPAC_BUILD_DIR=$pip_build "$root/tools/build.sh" --torch pip
+HPAC_BUILD_DIR=$debian_build "$root/tools/build.sh" --torch debian -DHPAC_WITH_TRAINER=OFF -DHPAC_WITH_BENCH=OFF
+
+# run_leg NAME BUILD FOREIGN_LIBRARY [ctest args...]: runs the leg's CTest entries, prints and returns the count.
+total=0
+run_leg() {
+  local name=$1 build=$2 foreign=$3
+  shift 3
+  echo "[hpac test] leg $name ($(elapsed) so far)"
+  (cd "$build" && HPAC_FOREIGN_LIBRARY=$foreign ctest --output-on-failure -j "$jobs" "$@" | tee "$build/ctest.log")
+  local n
+  n=$(sed -n 's/.*tests passed, [0-9]* tests failed out of \([0-9]*\).*/\1/p' "$build/ctest.log")
+  if [ -z "$n" ] || [ "$n" -eq 0 ]; then
+    echo "[hpac test] leg $name ran no tests" >&2
+    exit 1
+  fi
+  echo "[hpac test] leg $name: $n CTest entries passed"
+  total=$((total + n))
+}
+run_leg "torch 2.13 (pip)" "$pip_build" "$debian_build/plugin/libhpac.so"
+# Multi-rank tests run on the torch 2.13 leg only.
+run_leg "torch 1.13 (Debian)" "$debian_build" "$pip_build/plugin/libhpac.so" -E '^dist\.'
 
 if [ "${HPAC_SKIP_SANITIZER:-0}" != 1 ]; then
-  asan=${build}-asan
-  echo "[hpac test] sanitizer stage: ASan + UBSan build of the core and its tests in $asan"
-  cmake -S "$root" -B "$asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHPAC_SANITIZE=ON >"$asan.configure.log" 2>&1 || {
+  asan=${pip_build}-asan
+  echo "[hpac test] sanitizer stage: ASan + UBSan build of the core and its tests in $asan ($(elapsed) so far)"
+  cmake -S "$root" -B "$asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHPAC_SANITIZE=ON -DHPAC_WITH_TRAINER=OFF \
+    -DHPAC_WITH_BENCH=OFF >"$asan.configure.log" 2>&1 || {
     cat "$asan.configure.log" >&2
     exit 1
   }
@@ -29,4 +53,4 @@ if [ "${HPAC_SKIP_SANITIZER:-0}" != 1 ]; then
     "$asan/test/hpac_tests" --gtest_brief=1
   echo "[hpac test] sanitizer stage passed"
 fi
-echo "[hpac test] all passed ($total CTest entries + sanitizer stage)"
+echo "[hpac test] all passed in $(elapsed): $total CTest entries over both torch legs + sanitizer stage"

@@ -1,5 +1,6 @@
-"""hpac from Python on Debian's python3-torch: parity with no checkpointing, recompute evidence, errors as
-RuntimeError, the context_fn path (torch >= 2.1), LD_PRELOAD and double loading."""
+"""hpac from Python, on whichever torch runs the tests (Debian's 1.13 and pip's 2.13 in tools/test.sh): parity with
+no checkpointing, recompute evidence, errors as RuntimeError, the context_fn path (torch >= 2.1), LD_PRELOAD, double
+loading, and a libhpac built for the other torch refused."""
 import os
 import shutil
 import subprocess
@@ -12,7 +13,7 @@ import hpac
 from moe_block import Block
 
 LIB = os.environ.get("HPAC_LIBRARY") or hpac.load()
-PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+PY = sys.executable  # subprocesses run the same torch as the tests
 PLUGIN_PY = os.path.dirname(os.path.dirname(os.path.abspath(hpac.__file__)))
 
 
@@ -166,8 +167,9 @@ def test_write_inside_the_region_to_a_cached_output_is_exact():
 
 
 def test_write_through_unsafe_view_of_a_cached_output_is_exact():
-    # matmul on a non-contiguous 3-D input is mm + _unsafe_view; add_ on the result writes into the cached mm
-    # output without bumping its version counter. hpac copies the entry before the write (Note [Copy on write]).
+    # matmul on a non-contiguous 3-D input is mm + _unsafe_view (torch 1.13) or expand + bmm + _unsafe_view (2.x);
+    # add_ on the result writes into the cached output without bumping its version counter. hpac copies the entry
+    # before the write (Note [Copy on write]).
     torch.manual_seed(0)
     w = torch.randn(8, 8, requires_grad=True)
     x = torch.randn(3, 2, 8, requires_grad=True)
@@ -179,7 +181,7 @@ def test_write_through_unsafe_view_of_a_cached_output_is_exact():
 
     ref = torch.autograd.grad(fn(x).sum(), [x, w])
     hpac.reset_global_stats()
-    got = torch.autograd.grad(hpac.checkpoint(fn, x, policy=["aten::mm"]).sum(), [x, w])
+    got = torch.autograd.grad(hpac.checkpoint(fn, x, policy=["aten::mm", "aten::bmm"]).sum(), [x, w])
     assert hpac.global_stats()["served"] == 1
     assert all(torch.equal(a, b) for a, b in zip(got, ref))
 
@@ -257,6 +259,23 @@ def test_second_copy_reports_conflict_and_process_lives(tmp_path):
     assert "alive registered 1" in r.stdout
     assert "already has a fallback, owned by hpac loaded from " + LIB in r.stderr
     assert str(copy) in r.stderr
+
+
+def test_library_built_for_another_torch_is_refused_naming_both_versions():
+    foreign = os.environ.get("HPAC_FOREIGN_LIBRARY")
+    if not foreign:
+        pytest.skip("HPAC_FOREIGN_LIBRARY (a libhpac.so built for another torch) is set by tools/test.sh")
+    built = hpac.built_for_torch(foreign)
+    assert built is not None and hpac._major_minor(built) != hpac._major_minor(torch.__version__)
+    r = run_py("import torch, hpac\n"
+               "try:\n"
+               f"    hpac.load({foreign!r})\n"
+               "except RuntimeError as e:\n"
+               "    print('RuntimeError:', e)\n"
+               "print('alive')\n")
+    assert r.returncode == 0, r.stderr
+    assert f"was built for torch {built} but this Python runs torch {torch.__version__}" in r.stdout
+    assert r.stdout.rstrip().endswith("alive")
 
 
 def test_ld_preload_python_with_torch():

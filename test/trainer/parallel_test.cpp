@@ -69,8 +69,8 @@ RankRun runRank(int rank, const c10::intrusive_ptr<c10d::Store>& store, Mode mod
   auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(30));
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   auto group = [&](const std::string& name, int group_rank, int size) -> c10::intrusive_ptr<c10d::ProcessGroup> {
-    return c10::make_intrusive<dist::CountingGloo>(c10::make_intrusive<c10d::PrefixStore>(name, store), group_rank,
-                                                   size, options, &rt->counts);
+    return dist::countingGlooGroup(c10::make_intrusive<c10d::PrefixStore>(name, store), group_rank, size, options,
+                                   &rt->counts);
   };
   rt->tp_pg = group("tp" + std::to_string(rank), 0, 1);
   rt->ep_pg = group("ep", rank, kRanks);

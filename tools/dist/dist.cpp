@@ -5,8 +5,12 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/custom_function.h>
-#include <torch/csrc/distributed/c10d/Ops.hpp>
+#include "replay/torch_compat.h"
+
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if !HPAC_TORCH_AT_LEAST(2, 0)
+#include <torch/csrc/distributed/c10d/Ops.hpp>
+#endif
 
 #include <cstdlib>
 #include <functional>
@@ -90,14 +94,14 @@ at::Tensor exchangeRows(const at::Tensor& x, const std::vector<int64_t>& send_co
     const int dst = (rank + k) % n;
     if (send_counts[dst] == 0) continue;
     sent.push_back({src.narrow(0, so[dst], send_counts[dst])});
-    sends.push_back(c10d::ops::send(pg, sent.back(), dst, kTag));
+    sends.push_back(send(pg, sent.back(), dst, kTag));
   }
   if (send_counts[rank] > 0) out.narrow(0, ro[rank], recv_counts[rank]).copy_(src.narrow(0, so[rank], send_counts[rank]));
   for (int k = 1; k < n; ++k) {
     const int from = (rank - k + n) % n;
     if (recv_counts[from] == 0) continue;
     std::vector<at::Tensor> into{out.narrow(0, ro[from], recv_counts[from])};
-    c10d::ops::recv(pg, into, from, kTag)->wait();
+    recv(pg, into, from, kTag)->wait();
   }
   for (auto& w : sends) w->wait();
   return out;
@@ -128,7 +132,7 @@ struct FsdpGather : public torch::autograd::Function<FsdpGather> {
     std::vector<std::vector<at::Tensor>> outs(1);
     for (int r = 0; r < pg->getSize(); ++r) outs[0].push_back(at::empty_like(local));
     std::vector<at::Tensor> in{local};
-    c10d::ops::allgather(pg, outs, in)->wait();
+    allGather(pg, outs, in)->wait();
     return at::cat(outs[0]).view(shape);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -155,7 +159,7 @@ void allReduceInPlace(const at::Tensor& t, const c10::intrusive_ptr<c10d::Proces
   std::vector<at::Tensor> one{t};
   c10d::AllreduceOptions opts;
   opts.reduceOp = op;
-  c10d::ops::allreduce(pg, one, opts)->wait();
+  allReduce(pg, one, opts)->wait();
 }
 
 DistEnv readDistEnv() {
@@ -256,6 +260,57 @@ void PhaseCounts::count() {
     ++recompute;
   }
 }
+
+c10::intrusive_ptr<c10d::ProcessGroup> countingGlooGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                         int size,
+                                                         const c10::intrusive_ptr<c10d::ProcessGroupGloo::Options>& options,
+                                                         CollectiveCounts* counts) {
+  auto gloo = c10::make_intrusive<CountingGloo>(store, rank, size, options, counts);
+#if HPAC_TORCH_AT_LEAST(2, 0)
+  auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size);
+  pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+  pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+  return pg;
+#else
+  return gloo;
+#endif
+}
+
+#if HPAC_TORCH_AT_LEAST(2, 0)
+c10::intrusive_ptr<c10d::Work> allReduce(const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+                                         std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  return pg->allreduce(tensors, opts);
+}
+c10::intrusive_ptr<c10d::Work> allGather(const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+                                         std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs) {
+  return pg->allgather(outputs, inputs);
+}
+c10::intrusive_ptr<c10d::Work> send(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, std::vector<at::Tensor>& tensors,
+                                    int dst, int tag) {
+  return pg->send(tensors, dst, tag);
+}
+c10::intrusive_ptr<c10d::Work> recv(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, std::vector<at::Tensor>& tensors,
+                                    int src, int tag) {
+  return pg->recv(tensors, src, tag);
+}
+#else
+c10::intrusive_ptr<c10d::Work> allReduce(const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+                                         std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  return c10d::ops::allreduce(pg, tensors, opts);
+}
+c10::intrusive_ptr<c10d::Work> allGather(const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+                                         std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs) {
+  return c10d::ops::allgather(pg, outputs, inputs);
+}
+c10::intrusive_ptr<c10d::Work> send(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, std::vector<at::Tensor>& tensors,
+                                    int dst, int tag) {
+  return c10d::ops::send(pg, tensors, dst, tag);
+}
+c10::intrusive_ptr<c10d::Work> recv(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, std::vector<at::Tensor>& tensors,
+                                    int src, int tag) {
+  return c10d::ops::recv(pg, tensors, src, tag);
+}
+#endif
 
 c10::intrusive_ptr<c10d::Work> CountingGloo::allreduce(std::vector<at::Tensor>& tensors,
                                                        const c10d::AllreduceOptions& opts) {

@@ -87,6 +87,7 @@ at::Tensor fsdpGather(const at::Tensor& local, const c10::intrusive_ptr<c10d::Pr
 struct PhaseCounts {
   std::atomic<int64_t> forward{0}, recompute{0}, other{0};
   void reset() { forward = recompute = other = 0; }
+  int64_t total() const { return forward + recompute + other; }
   void count();
 };
 struct CollectiveCounts {
@@ -100,7 +101,7 @@ struct CollectiveCounts {
 };
 
 // ProcessGroupGloo that counts its allreduce / allgather / send / recv calls
-// into `counts` (which must outlive it).
+// into `counts` (which must outlive it). Build one with countingGlooGroup().
 class CountingGloo final : public c10d::ProcessGroupGloo {
  public:
   CountingGloo(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, c10::intrusive_ptr<Options> options,
@@ -117,6 +118,26 @@ class CountingGloo final : public c10d::ProcessGroupGloo {
  private:
   CollectiveCounts* counts_;
 };
+
+// A process group of `size` ranks over `store` whose Gloo backend is a
+// CountingGloo. On torch 1.13 the CountingGloo is the group itself; on 2.x a
+// Gloo backend is not a ProcessGroup, so it is set as the CPU backend of one.
+c10::intrusive_ptr<c10d::ProcessGroup> countingGlooGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                         int size,
+                                                         const c10::intrusive_ptr<c10d::ProcessGroupGloo::Options>& options,
+                                                         CollectiveCounts* counts);
+
+// The collectives through the dispatcher (c10d::allreduce_, allgather_, send,
+// recv_), so that hpac sees them inside regions: c10d::ops::* on torch 1.13,
+// the ProcessGroup's own methods on 2.x (which dispatch there).
+c10::intrusive_ptr<c10d::Work> allReduce(const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+                                         std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts = {});
+c10::intrusive_ptr<c10d::Work> allGather(const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+                                         std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs);
+c10::intrusive_ptr<c10d::Work> send(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, std::vector<at::Tensor>& tensors,
+                                    int dst, int tag);
+c10::intrusive_ptr<c10d::Work> recv(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, std::vector<at::Tensor>& tensors,
+                                    int src, int tag);
 
 }  // namespace dist
 }  // namespace hpac

@@ -232,9 +232,9 @@ int main(int argc, char** argv) try {
   auto tp_store = c10::make_intrusive<c10d::PrefixStore>("tp" + std::to_string(dp_rank), store);
   auto dp_store = c10::make_intrusive<c10d::PrefixStore>("dp" + std::to_string(tp_rank), store);
   c10::intrusive_ptr<c10d::ProcessGroup> tp_pg =
-      c10::make_intrusive<hpac::dist::CountingGloo>(tp_store, tp_rank, flags.tp, options, &tp_counts);
+      hpac::dist::countingGlooGroup(tp_store, tp_rank, flags.tp, options, &tp_counts);
   c10::intrusive_ptr<c10d::ProcessGroup> dp_pg =
-      c10::make_intrusive<hpac::dist::CountingGloo>(dp_store, dp_rank, flags.dp, options, &dp_counts);
+      hpac::dist::countingGlooGroup(dp_store, dp_rank, flags.dp, options, &dp_counts);
 
   const FullParams full;
   const c10::intrusive_ptr<c10d::ProcessGroup> unsharded;

@@ -52,7 +52,7 @@ absl::StatusOr<std::shared_ptr<ParallelRuntime>> connectParallel(const TrainConf
     // Every rank builds its own groups in the same order; a group's
     // constructor waits for its members only.
     auto group = [&](const std::string& name, int64_t group_rank, int64_t size) {
-      c10::intrusive_ptr<c10d::ProcessGroup> pg = c10::make_intrusive<dist::CountingGloo>(
+      c10::intrusive_ptr<c10d::ProcessGroup> pg = dist::countingGlooGroup(
           c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("hpac/", name), rt->store), static_cast<int>(group_rank),
           static_cast<int>(size), options, &rt->counts);
       return pg;

@@ -18,7 +18,7 @@ import threading
 import torch
 
 __all__ = [
-    "load", "version", "dispatch_key", "fallback_status", "global_stats", "reset_global_stats",
+    "load", "built_for_torch", "version", "dispatch_key", "fallback_status", "global_stats", "reset_global_stats",
     "Invocation", "context_fn", "checkpoint", "checkpoint_with", "checkpoint_wrapper", "unwrap_checkpoint",
     "track_memory", "memory_stats", "reset_peak_memory",
 ]
@@ -36,20 +36,72 @@ def _ops_present():
         return False
 
 
+_MARKER = b"hpac-built-for-torch="
+
+
+def _major_minor(version):
+    return tuple(int(p) for p in version.split("+")[0].split(".")[:2])
+
+
+def built_for_torch(path):
+    """The torch version the libhpac.so at `path` was compiled against, read from the file without loading it
+    (None if the file carries no marker: a build older than the marker)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    at = data.find(_MARKER)
+    if at < 0:
+        return None
+    end = data.find(b";", at)
+    return data[at + len(_MARKER):end].decode("ascii", "replace")
+
+
+def _check_same_torch(path):
+    # Note [One torch per libhpac] (plugin/registration.cpp): a libhpac built for another torch must not be
+    # dlopen'ed at all, since the loader may pull a second libtorch into the process, which crashes.
+    built = built_for_torch(path)
+    if built is not None and _major_minor(built) != _major_minor(torch.__version__):
+        raise RuntimeError(
+            f"hpac: '{path}' was built for torch {built} but this Python runs torch {torch.__version__}; it was not "
+            "loaded. Build hpac against this torch (tools/build.sh for the project's torch, or `pip install .` in "
+            "this environment) or point HPAC_LIBRARY at a libhpac.so built for it")
+
+
+def _default_library():
+    """The repository's build of libhpac.so for the running torch: build/ (tools/build.sh's default, pip torch) or
+    build-torch<major>.<minor>/ (tools/build.sh --torch debian), whichever was built for this torch."""
+    major, minor = _major_minor(torch.__version__)
+    candidates = [os.path.join(_REPO, folder, "plugin", "libhpac.so")
+                  for folder in ("build", f"build-torch{major}.{minor}")]
+    present = [c for c in candidates if os.path.exists(c)]
+    for c in present:
+        built = built_for_torch(c)
+        if built is None or _major_minor(built) == (major, minor):
+            return c
+    return present[0] if present else candidates[0]
+
+
 def load(path=None):
     """Makes torch.ops.hpac / torch.classes.hpac available and returns the path of the library serving them.
 
     Nothing is loaded when they are already there (LD_PRELOAD, or an earlier load). Otherwise the library is
-    `path`, else $HPAC_LIBRARY, else the repository's build/plugin/libhpac.so.
+    `path`, else $HPAC_LIBRARY, else the repository's build for this torch (build/plugin/libhpac.so or
+    build-torch<version>/plugin/libhpac.so). A library built for another torch release is refused with a
+    RuntimeError naming both versions, before it is loaded (also when `path` is given while hpac is loaded).
     """
     with _load_lock:
+        if path is not None and os.path.exists(path):
+            _check_same_torch(path)
         if not _ops_present():
-            candidate = path or os.environ.get("HPAC_LIBRARY") or os.path.join(_REPO, "build", "plugin", "libhpac.so")
+            candidate = path or os.environ.get("HPAC_LIBRARY") or _default_library()
             if not os.path.exists(candidate):
                 raise RuntimeError(
                     f"hpac: libhpac.so not found at '{candidate}'; build it (tools/build.sh) or set HPAC_LIBRARY "
                     "to its path")
+            _check_same_torch(candidate)
             torch.ops.load_library(candidate)
+            if not _ops_present():
+                raise RuntimeError(f"hpac: '{candidate}' was loaded but registered no ops; its message on stderr "
+                                   "says why (for example a torch version it was not built for)")
         return torch.ops.hpac.library_path()
 
 
@@ -102,12 +154,37 @@ def _policy_kind(policy):
     return "save_list", names
 
 
-class Invocation:
-    """One checkpoint call: the C++ Invocation (op counters, storage, stats) and its two regions."""
+class _Region:
+    """Context manager for one phase of an Invocation. Re-enterable: torch.utils.checkpoint enters the same
+    recompute context again when a graph is backwarded twice (retain_graph); hpac then reports the entries
+    already served."""
 
-    def __init__(self, policy="selective", allow_cache_mutation=False):
+    __slots__ = ("_invocation", "_phase")
+
+    def __init__(self, invocation, phase):
+        self._invocation = invocation
+        self._phase = phase
+
+    def __enter__(self):
+        self._invocation._handle.enter(self._phase)
+        return self._invocation
+
+    def __exit__(self, *exc):
+        self._invocation._handle.exit()
+        return False
+
+
+class Invocation:
+    """One checkpoint call: the C++ Invocation (op counters, storage, stats) and its two regions.
+
+    record_ops=True keeps a log of every op the fallback handed to it (op_log()), for tests and explain tools.
+    """
+
+    def __init__(self, policy="selective", allow_cache_mutation=False, record_ops=False):
         kind, names = _policy_kind(policy)
         self._handle = torch.classes.hpac.Invocation(kind, names, bool(allow_cache_mutation))
+        if record_ops:
+            self._handle.record_ops(True)
 
     @property
     def id(self):
@@ -119,14 +196,13 @@ class Invocation:
     def stored_entries(self):
         return self._handle.stored_entries()
 
-    @contextlib.contextmanager
+    def op_log(self):
+        """['forward aten::mm saved', 'recompute aten::mm served', ...] when created with record_ops=True."""
+        return list(self._handle.op_log())
+
     def region(self, phase):
         """Every aten op run inside goes through hpac (phase: 'forward' or 'recompute')."""
-        self._handle.enter(phase)
-        try:
-            yield self
-        finally:
-            self._handle.exit()
+        return _Region(self, phase)
 
 
 def context_fn(policy="selective", allow_cache_mutation=False):
