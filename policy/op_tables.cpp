@@ -3,7 +3,10 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <mutex>
+#include <unordered_set>
 
 namespace hpac {
 namespace {
@@ -49,7 +52,9 @@ constexpr OpEntry kMatmulOps[] = {
     {"aten::mm", kRequired},
 };
 
-// Saved: compute-intensive ops, attention kernels, max, collectives. The
+// Saved: compute-intensive ops, attention kernels, max, collectives (a
+// functional collective's wait_tensor with it: the recompute is served the
+// completed tensor and waits on nothing). The
 // point-to-point pair c10d::send / c10d::recv_ (an all-to-all on backends
 // without one, tools/dist) must be saved together: a recompute that re-sent
 // while its peer was served would leave a message nobody receives.
@@ -57,6 +62,7 @@ constexpr OpEntry kSaveOps[] = {
     {"_c10d_functional::all_reduce", kOptional},
     {"_c10d_functional::all_to_all_single", kOptional},
     {"_c10d_functional::reduce_scatter_tensor", kOptional},
+    {"_c10d_functional::wait_tensor", kOptional},
     {"aten::_convolution", kRequired},
     {"aten::_efficient_attention_forward", kOptional},
     {"aten::_flash_attention_forward", kOptional},
@@ -179,9 +185,79 @@ void ResolvedOpTables::add(c10::ArrayRef<OpEntry> table, OpCategory category) {
   }
 }
 
+// Note [Ops registered later]
+// Custom operators can be registered at any time: FSDP2 defines fsdp::* from
+// Python when torch.distributed.fsdp is imported, extensions when loaded. A
+// table resolved once at first use would miss them for good (fsdp lifecycle
+// ops would then be counted and shift every later occurrence index). So a
+// dispatcher registration listener bumps a generation counter whenever an
+// operator named by an optional entry is registered, and global() resolves
+// again when the generation moved. The listener runs under the dispatcher's
+// lock: it only compares the name against an immutable set and bumps an
+// atomic, and never takes the tables' mutex (resolution takes that mutex and
+// then the dispatcher's lock).
+namespace {
+
+struct TableRegistry {
+  std::unordered_set<std::string> watched;  // op names (no overload) of the optional entries
+  std::atomic<uint64_t> generation{0};      // bumped when a watched op is registered
+  std::mutex mutex;
+  std::vector<std::unique_ptr<const ResolvedOpTables>> resolved;  // never freed: see global()
+  std::atomic<const ResolvedOpTables*> latest{nullptr};
+  std::atomic<uint64_t> latest_generation{~uint64_t{0}};
+};
+
+class WatchedOpListener final : public c10::OpRegistrationListener {
+ public:
+  explicit WatchedOpListener(TableRegistry& registry) : registry_(registry) {}
+  void onOperatorRegistered(const c10::OperatorHandle& op) override {
+    if (registry_.watched.count(op.operator_name().name) != 0) registry_.generation.fetch_add(1);
+  }
+  void onOperatorDeregistered(const c10::OperatorHandle& op) override { onOperatorRegistered(op); }
+
+ private:
+  TableRegistry& registry_;
+};
+
+TableRegistry& tableRegistry() {
+  static TableRegistry* registry = [] {
+    auto* r = new TableRegistry();  // leaked: the listener may fire during static destruction
+    for (auto table : {ignoredOps(), recomputeOps(), matmulOps(), saveOps(), unsafeAliasOps()}) {
+      for (const OpEntry& e : table) {
+        if (e.optional) r->watched.insert(parseEntry(e.name).name);
+      }
+    }
+    // The handle is leaked on purpose: the listener stays for the process.
+    new c10::RegistrationHandleRAII(
+        c10::Dispatcher::singleton().addRegistrationListener(std::make_unique<WatchedOpListener>(*r)));
+    return r;
+  }();
+  return *registry;
+}
+
+}  // namespace
+
 const ResolvedOpTables& ResolvedOpTables::global() {
-  static const ResolvedOpTables tables;
-  return tables;
+  TableRegistry& r = tableRegistry();
+  const ResolvedOpTables* latest = r.latest.load(std::memory_order_acquire);
+  if (latest != nullptr && r.latest_generation.load(std::memory_order_acquire) == r.generation.load()) {
+    return *latest;
+  }
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const uint64_t generation = r.generation.load();
+  latest = r.latest.load(std::memory_order_acquire);
+  if (latest != nullptr && r.latest_generation.load(std::memory_order_acquire) == generation) return *latest;
+  r.resolved.push_back(std::make_unique<const ResolvedOpTables>());
+  latest = r.resolved.back().get();
+  r.latest.store(latest, std::memory_order_release);
+  r.latest_generation.store(generation, std::memory_order_release);
+  return *latest;
+}
+
+int64_t ResolvedOpTables::resolutions() {
+  TableRegistry& r = tableRegistry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return static_cast<int64_t>(r.resolved.size());
 }
 
 }  // namespace hpac

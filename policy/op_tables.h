@@ -56,16 +56,23 @@ std::vector<c10::OperatorHandle> resolveEntry(const std::string& name);
 
 // ResolvedOpTables
 //
-// The built-in tables resolved to OpIds once. Immutable after construction,
-// hence safe to read from any thread. `missingOptional()` lists the optional
-// entries this process lacks; a required entry that is missing throws from the
+// The built-in tables resolved to OpIds. Immutable after construction, hence
+// safe to read from any thread. `missingOptional()` lists the optional entries
+// this process lacks; a required entry that is missing throws from the
 // constructor.
 class ResolvedOpTables {
  public:
   ResolvedOpTables();
 
-  // The process-wide instance, resolved at first use.
+  // The process-wide tables for the ops registered now. See Note [Ops
+  // registered later]: when an operator that an optional entry names is
+  // registered after the last resolution (FSDP2's fsdp::* ops appear when
+  // Python imports torch.distributed.fsdp), the next call resolves the tables
+  // again. Every instance handed out stays alive for the whole process, so
+  // references kept by invocations and policies never dangle.
   static const ResolvedOpTables& global();
+  // How many times global() has resolved the tables in this process.
+  static int64_t resolutions();
 
   OpCategory classify(const c10::OperatorHandle& op) const {
     auto it = category_.find(opId(op));

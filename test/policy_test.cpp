@@ -6,8 +6,13 @@
 #include "replay/invocation.h"
 #include "replay/region.h"
 
+#include "replay/torch_compat.h"
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/library.h>
+
+#include <algorithm>
 
 #include <iostream>
 #include <string>
@@ -47,6 +52,73 @@ TEST(OpTables, ResolvesEveryEntryAndListsMissingOptionalOnes) {
       }
     }
   }
+}
+
+// The optional entries a torch of this version must have: a renamed or removed
+// op then fails here instead of silently leaving its table.
+std::vector<std::string> optionalEntriesThisTorchHas() {
+#if HPAC_TORCH_AT_LEAST(2, 0)
+  return {"_c10d_functional::all_reduce",
+          "_c10d_functional::all_to_all_single",
+          "_c10d_functional::reduce_scatter_tensor",
+          "_c10d_functional::wait_tensor",
+          "aten::_chunk_cat",
+          "aten::_efficient_attention_forward",
+          "aten::_grouped_mm",
+          "aten::_scaled_dot_product_attention_math",
+          "aten::_scaled_dot_product_cudnn_attention",
+          "aten::_scaled_dot_product_efficient_attention",
+          "aten::_scaled_dot_product_flash_attention",
+          "aten::_scaled_dot_product_flash_attention_for_cpu",
+          "aten::_scaled_grouped_mm",
+          "aten::_scaled_mm",
+          "aten::split_with_sizes_copy",
+          "c10d::_allgather_base_",
+          "c10d::allreduce_",
+          "c10d::alltoall_base_",
+          "c10d::recv_",
+          "c10d::send",
+          "profiler::_record_function_enter_new",
+          "profiler::_record_function_exit"};
+#else
+  return {"aten::_flash_scaled_dot_product_attention", "c10d::_allgather_base_", "c10d::allreduce_",
+          "c10d::recv_", "c10d::send", "profiler::_record_function_enter", "profiler::_record_function_exit"};
+#endif
+}
+
+TEST(OpTables, OptionalEntriesOfThisTorchResolve) {
+  const ResolvedOpTables tables;
+  std::cout << "torch " << HPAC_TORCH_VERSION << ": optional entries resolved:";
+  for (auto table : {ignoredOps(), recomputeOps(), matmulOps(), saveOps()}) {
+    for (const OpEntry& e : table) {
+      if (e.optional && !resolveEntry(e.name).empty()) std::cout << " " << e.name;
+    }
+  }
+  std::cout << "\n";
+  for (const std::string& name : optionalEntriesThisTorchHas()) {
+    EXPECT_FALSE(resolveEntry(name).empty()) << name << " is expected on torch " << HPAC_TORCH_VERSION;
+    EXPECT_EQ(std::count(tables.missingOptional().begin(), tables.missingOptional().end(), name), 0) << name;
+  }
+}
+
+// Note [Ops registered later]: an operator an optional entry names, registered
+// after the tables were first resolved, is in the tables the next call returns.
+TEST(OpTables, AnOpRegisteredLaterEntersTheTables) {
+  const c10::OperatorName later{"fsdp::all_gather_copy_in", ""};
+  if (c10::Dispatcher::singleton().findSchema(later)) GTEST_SKIP() << "fsdp::all_gather_copy_in already registered";
+  const ResolvedOpTables& before = ResolvedOpTables::global();
+  const int64_t resolutions = ResolvedOpTables::resolutions();
+  EXPECT_EQ(&ResolvedOpTables::global(), &before);  // nothing registered: no new resolution
+  {
+    torch::Library lib(torch::Library::FRAGMENT, "fsdp", c10::nullopt, __FILE__, __LINE__);
+    lib.def("all_gather_copy_in(Tensor x) -> Tensor");
+    const ResolvedOpTables& after = ResolvedOpTables::global();
+    EXPECT_EQ(ResolvedOpTables::resolutions(), resolutions + 1);
+    EXPECT_EQ(after.classify(*c10::Dispatcher::singleton().findSchema(later)), OpCategory::kIgnored);
+    EXPECT_EQ(before.missingOptional().size(), after.missingOptional().size() + 1);
+  }
+  // Deregistered again (the Library went away): resolved once more, without it.
+  EXPECT_EQ(ResolvedOpTables::global().missingOptional().size(), before.missingOptional().size());
 }
 
 TEST(OpTables, EntrySyntax) {

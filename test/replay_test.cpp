@@ -8,12 +8,15 @@
 #include "replay/invocation.h"
 #include "replay/region.h"
 
+#include "replay/torch_compat.h"
+
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <gtest/gtest.h>
 #include <torch/library.h>
 
 #include <atomic>
+#include <iostream>
 #include <string>
 
 namespace hpac {
@@ -70,6 +73,30 @@ TEST(Plugin, FallbackIsRegisteredOnTheNamedKey) {
   const FallbackStatus s = fallbackStatus();
   EXPECT_TRUE(s.registered) << s.reason;
   EXPECT_TRUE(c10::Dispatcher::singleton().findSchema({"hpac::version", ""}).has_value());
+}
+
+// Note [Why DispatchKey::Fake], measured per torch: the key is a functionality
+// key below autograd (and ADInplaceOrView) and above the dense backends, so
+// ops reach it after autograd recorded them and before a kernel runs. Where it
+// sits against Python (a TorchDispatchMode) moved: above it on 1.13, below it
+// on 2.13 (pytorch#178428), so a Python mode now sees an op before hpac does.
+TEST(Plugin, KeySitsBelowAutogradAndAboveTheBackends) {
+  using K = c10::DispatchKey;
+  const K key = dispatchKey();
+  EXPECT_TRUE(c10::toFunctionalityKey(key) == key);
+  EXPECT_LT(key, K::ADInplaceOrView);
+  EXPECT_LT(key, K::AutogradFunctionality);
+  EXPECT_LT(key, K::AutocastCPU);
+  EXPECT_GT(key, K::Dense);
+  EXPECT_GT(key, K::BackendSelect);
+  std::cout << "torch " << HPAC_TORCH_VERSION << ": " << c10::toString(key) << " is "
+            << (key > K::Python ? "above" : "below") << " Python, "
+            << (key > K::Functionalize ? "above" : "below") << " Functionalize\n";
+#if HPAC_TORCH_AT_LEAST(2, 0)
+  EXPECT_LT(key, K::Python);
+#else
+  EXPECT_GT(key, K::Python);
+#endif
 }
 
 TEST(Plugin, DispatchKeyNames) {
