@@ -32,8 +32,9 @@ echo "[hpac bench] 3/4 trainer step per mode on the zoo models (Qwen3-MoE tiny, 
   ${HPAC_BENCH_FILTER:+--benchmark_filter=$HPAC_BENCH_FILTER}
 
 echo "[hpac bench] 4/4 Python peer harness (off, torch checkpoint, Python-mode SAC, hpac)"
+python=${HPAC_TORCH_PYTHON:-$root/.venv/bin/python}  # the torch build/ was built against
 HPAC_LIBRARY="$build/plugin/libhpac.so" PYTHONPATH="$root/plugin/python" \
-  /usr/bin/python3 "$root/bench/peer_harness.py" --out "$out/peer.json"
+  "$python" "$root/bench/peer_harness.py" --out "$out/peer.json"
 
-/usr/bin/python3 "$root/bench/plot_results.py" "$out/step.json" "$root/docs/results_step.svg" --layers 4
+"$python" "$root/bench/plot_results.py" "$out/step.json" "$root/docs/results_step.svg" --layers 4
 echo "[hpac bench] results in $out; plot in docs/results_step.svg"

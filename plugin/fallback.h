@@ -27,5 +27,7 @@ std::string libraryPath();
 // Note [One torch per libhpac] in plugin/registration.cpp.
 const char* builtForTorch();
 std::string runningTorchVersion();
+// Whether two torch versions ("2.13.0", "2.13.1+cpu") are one release (major.minor), hence one C++ ABI.
+bool sameTorchRelease(const std::string& a, const std::string& b);
 
 }  // namespace hpac

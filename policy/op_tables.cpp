@@ -205,6 +205,7 @@ struct TableRegistry {
   std::vector<std::unique_ptr<const ResolvedOpTables>> resolved;  // never freed: see global()
   std::atomic<const ResolvedOpTables*> latest{nullptr};
   std::atomic<uint64_t> latest_generation{~uint64_t{0}};
+  std::unique_ptr<c10::RegistrationHandleRAII> listener;  // kept for the process, like the registry
 };
 
 class WatchedOpListener final : public c10::OpRegistrationListener {
@@ -227,8 +228,7 @@ TableRegistry& tableRegistry() {
         if (e.optional) r->watched.insert(parseEntry(e.name).name);
       }
     }
-    // The handle is leaked on purpose: the listener stays for the process.
-    new c10::RegistrationHandleRAII(
+    r->listener = std::make_unique<c10::RegistrationHandleRAII>(
         c10::Dispatcher::singleton().addRegistrationListener(std::make_unique<WatchedOpListener>(*r)));
     return r;
   }();

@@ -81,8 +81,8 @@ std::vector<std::string> optionalEntriesThisTorchHas() {
           "profiler::_record_function_enter_new",
           "profiler::_record_function_exit"};
 #else
-  return {"aten::_flash_scaled_dot_product_attention", "c10d::_allgather_base_", "c10d::allreduce_",
-          "c10d::recv_", "c10d::send", "profiler::_record_function_enter", "profiler::_record_function_exit"};
+  return {"aten::_flash_scaled_dot_product_attention", "c10d::allreduce_", "c10d::alltoall_", "c10d::recv_",
+          "c10d::send", "profiler::_record_function_enter", "profiler::_record_function_exit"};
 #endif
 }
 

@@ -99,6 +99,18 @@ TEST(Plugin, KeySitsBelowAutogradAndAboveTheBackends) {
 #endif
 }
 
+// Note [One torch per libhpac]: what the load-time check compares.
+TEST(Plugin, RunningTorchIsTheOneBuiltFor) {
+  EXPECT_EQ(std::string(builtForTorch()), HPAC_TORCH_VERSION);
+  const std::string running = runningTorchVersion();
+  EXPECT_FALSE(running.empty());
+  EXPECT_TRUE(sameTorchRelease(running, builtForTorch())) << running << " vs " << builtForTorch();
+  EXPECT_TRUE(sameTorchRelease("2.13.0", "2.13.1+cpu"));
+  EXPECT_FALSE(sameTorchRelease("1.13.0", "2.13.0"));
+  EXPECT_FALSE(sameTorchRelease("2.13.0", "2.14.1+cu130"));
+  EXPECT_FALSE(sameTorchRelease("", "2.13.0"));
+}
+
 TEST(Plugin, DispatchKeyNames) {
   c10::DispatchKey key;
   std::string error;

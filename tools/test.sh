@@ -26,7 +26,7 @@ run_leg() {
   echo "[hpac test] leg $name ($(elapsed) so far)"
   (cd "$build" && HPAC_FOREIGN_LIBRARY=$foreign ctest --output-on-failure -j "$jobs" "$@" | tee "$build/ctest.log")
   local n
-  n=$(sed -n 's/.*tests passed, [0-9]* tests failed out of \([0-9]*\).*/\1/p' "$build/ctest.log")
+  n=$(sed -n 's/.*tests passed.* out of \([0-9]*\).*/\1/p' "$build/ctest.log")  # ctest 3.x and 4.x wording
   if [ -z "$n" ] || [ "$n" -eq 0 ]; then
     echo "[hpac test] leg $name ran no tests" >&2
     exit 1
