@@ -1,6 +1,6 @@
 """Prints the markdown tables of docs/results.md from the suite's JSON (bench/results/*.json).
 
-    /usr/bin/python3 bench/report_results.py bench/results > /tmp/tables.md
+    .venv/bin/python bench/report_results.py bench/results > /tmp/tables.md
 """
 import json
 import os
@@ -55,6 +55,32 @@ def peer(d):
               f"{r['hpac_vs_torch_full_time']:.3f} | {r['hpac_vs_off_time']:.3f} |")
 
 
+def sac_peer(d):
+    mib = 2 ** 20
+    print(f"torch {d['torch']}, {d['threads']} thread(s), key {d['hpac_dispatch_key']}, "
+          f"GLIBC_TUNABLES={d['glibc_tunables']}\n")
+    print("| attention | seq | reps | off ms | hpac ms | PyTorch SAC ms | hpac/SAC time, median of per-rep ratios "
+          "[min, max] |\n|---|---:|---:|---:|---:|---:|---:|")
+    for r in d["steps"]:
+        t = r["time_ratio_hpac_over_pytorch_sac"]
+        print(f"| {r['attention']} | {r['seq']} | {r['reps']} | {r['off']['ms_median']:.1f} | "
+              f"{r['hpac']['ms_median']:.1f} | {r['pytorch_sac']['ms_median']:.1f} | "
+              f"{t['median']:.3f} [{t['min']:.2f}, {t['max']:.2f}] |")
+    print("\n| attention | seq | off peak MiB | hpac peak | SAC peak | off kept MiB | hpac kept | SAC kept | "
+          "grads bitwise = off (hpac, SAC) |\n|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for r in d["steps"]:
+        o, h, p = r["off"], r["hpac"], r["pytorch_sac"]
+        print(f"| {r['attention']} | {r['seq']} | {o['peak_bytes'] / mib:.2f} | {h['peak_bytes'] / mib:.2f} | "
+              f"{p['peak_bytes'] / mib:.2f} | {o['kept_bytes'] / mib:.2f} | {h['kept_bytes'] / mib:.2f} | "
+              f"{p['kept_bytes'] / mib:.2f} | {h['grads_bitwise_equal_off']}, {p['grads_bitwise_equal_off']} |")
+    per_op = d["per_op"]
+    print(f"\n| per op: {per_op['ops_per_round']} × {per_op['op']}, {per_op['rounds']} rounds | median ns/op | "
+          "extra over plain |\n|---|---:|---:|")
+    for k, v in per_op["ns_per_op_median"].items():
+        extra = per_op["extra_ns_per_op_over_plain"].get(k)
+        print(f"| {k} | {v:.0f} | {'' if extra is None else f'{extra:+.0f}'} |")
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else "bench/results"
     print("### Per-op overhead (hpac_bench_overhead)\n")
@@ -68,6 +94,10 @@ def main():
         step_table(load(path), r"BM_TrainStep/model:(\d+)/seq:(\d+)/layers:(\d+)", "model / seq / layers")
     print("\n### Peer harness (bench/peer_harness.py: 4 Python Qwen3-MoE-style blocks, hidden 128, batch 1)\n")
     peer(load(os.path.join(root, "peer.json")))
+    path = os.path.join(root, "sac_peer.json")
+    if os.path.exists(path):
+        print("\n### hpac vs PyTorch's own SAC (bench/sac_peer.py)\n")
+        sac_peer(load(path))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,9 @@
 """A Qwen3-MoE-style block for the Python tests: attention with causal softmax and dropout, a router with
-float32 softmax -> topk -> in-place renormalisation, experts looped over the experts hit with index_add_."""
+float32 softmax -> topk -> in-place renormalisation, experts looped over the experts hit with index_add_.
+
+Attention is either "eager" (q @ kᵀ, masked softmax, dropout, @ v: the S×S scores come out of aten::bmm) or "sdpa"
+(F.scaled_dot_product_attention; on CPU with dropout 0 one aten::_scaled_dot_product_flash_attention_for_cpu whose
+outputs are B·H·S·D plus the log-sum-exp, with dropout > 0 torch's math path, which is bmm again)."""
 import math
 
 import torch
@@ -7,10 +11,15 @@ import torch.nn.functional as F
 from torch import nn
 
 
+ATTENTION_KINDS = ("eager", "sdpa")
+
+
 class Attention(nn.Module):
-    def __init__(self, hidden, heads, dropout):
+    def __init__(self, hidden, heads, dropout, attention="eager"):
         super().__init__()
-        self.heads, self.dropout = heads, dropout
+        if attention not in ATTENTION_KINDS:
+            raise ValueError(f"attention '{attention}' is not one of {ATTENTION_KINDS}")
+        self.heads, self.dropout, self.attention = heads, dropout, attention
         self.q_proj = nn.Linear(hidden, hidden, bias=False)
         self.k_proj = nn.Linear(hidden, hidden, bias=False)
         self.v_proj = nn.Linear(hidden, hidden, bias=False)
@@ -20,10 +29,14 @@ class Attention(nn.Module):
         b, s, h = x.shape
         hd = h // self.heads
         q, k, v = (p(x).view(b, s, self.heads, hd).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
-        scores = q @ k.transpose(-2, -1) / math.sqrt(hd)
-        scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
-        probs = F.dropout(scores.softmax(-1), self.dropout, training=self.training)
-        return self.o_proj((probs @ v).transpose(1, 2).reshape(b, s, h))
+        if self.attention == "sdpa":
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                 dropout_p=self.dropout if self.training else 0.0)
+        else:
+            scores = q @ k.transpose(-2, -1) / math.sqrt(hd)
+            scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+            out = F.dropout(scores.softmax(-1), self.dropout, training=self.training) @ v
+        return self.o_proj(out.transpose(1, 2).reshape(b, s, h))
 
 
 class Expert(nn.Module):
@@ -62,10 +75,10 @@ class SparseMoe(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, hidden=32, heads=4, experts=4, inter=48, top_k=2, dropout=0.1):
+    def __init__(self, hidden=32, heads=4, experts=4, inter=48, top_k=2, dropout=0.1, attention="eager"):
         super().__init__()
         self.input_layernorm = nn.LayerNorm(hidden)
-        self.self_attn = Attention(hidden, heads, dropout)
+        self.self_attn = Attention(hidden, heads, dropout, attention)
         self.post_attention_layernorm = nn.LayerNorm(hidden)
         self.mlp = SparseMoe(hidden, experts, inter, top_k)
 
