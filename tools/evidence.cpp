@@ -80,6 +80,12 @@ double maxAbsDiff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor
     if (a[i].defined() != b[i].defined()) return std::numeric_limits<double>::infinity();
     if (!a[i].defined()) continue;
     if (a[i].sizes() != b[i].sizes()) return std::numeric_limits<double>::infinity();
+    // NaN and Inf are never "equal": max() over a NaN difference would keep the
+    // previous worst (std::max(worst, NaN) == worst) and print a false "OK".
+    if (!at::isfinite(a[i]).all().item<bool>() || !at::isfinite(b[i]).all().item<bool>()) {
+      return std::numeric_limits<double>::infinity();
+    }
+    if (a[i].numel() == 0) continue;
     worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
   }
   return worst;

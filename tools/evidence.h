@@ -36,7 +36,8 @@ struct StepReport {
 StepReport runStep(const std::vector<MoeBlock>& blocks, const at::Tensor& input, Mode mode, uint64_t seed);
 
 // Largest absolute elementwise difference over matching tensor lists
-// (infinity if shapes or counts differ, or one side lacks a gradient).
+// (infinity if shapes or counts differ, one side lacks a gradient, or either
+// side holds a NaN or an infinity: a non-finite value is never equal).
 double maxAbsDiff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b);
 
 // The evidence table; `baseline` is the no-checkpoint report the gradient

@@ -198,7 +198,7 @@ at::Tensor block(const at::Tensor& x, const std::vector<at::Tensor>& w, int64_t 
 }
 
 double maxDiff(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>();
+  return hpac::maxAbsDiff({a}, {b});  // NaN/Inf-aware
 }
 
 }  // namespace
