@@ -114,7 +114,7 @@ void registerAtLoad() {
                                builtForTorch() + " but the process runs torch " +
                                (running.empty() ? "of an unknown version" : running) +
                                "; hpac registered nothing and stays inactive. Rebuild hpac against the running "
-                               "torch (tools/build.sh, or pip install . in that environment)";
+                               "torch (HPAC_TORCH_PYTHON=<its python> tools/build.sh)";
     setFallbackStatus(false, reason);
     std::cerr << "hpac: " << reason << "\n";
     return;

@@ -62,8 +62,8 @@ def _check_same_torch(path):
     if built is not None and _major_minor(built) != _major_minor(torch.__version__):
         raise RuntimeError(
             f"hpac: '{path}' was built for torch {built} but this Python runs torch {torch.__version__}; it was not "
-            "loaded. Build hpac against this torch (tools/build.sh for the project's torch, or `pip install .` in "
-            "this environment) or point HPAC_LIBRARY at a libhpac.so built for it")
+            "loaded. Build hpac against this torch (HPAC_TORCH_PYTHON=<this python> tools/build.sh; tools/build.sh "
+            "--torch debian for Debian's) or point HPAC_LIBRARY at a libhpac.so built for it")
 
 
 def _default_library():
