@@ -1,12 +1,11 @@
 #include "tools/dist/dist.h"
 
 #include "replay/region.h"
+#include "replay/torch_compat.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/custom_function.h>
-#include "replay/torch_compat.h"
-
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #if !HPAC_TORCH_AT_LEAST(2, 0)
 #include <torch/csrc/distributed/c10d/Ops.hpp>
@@ -276,41 +275,32 @@ c10::intrusive_ptr<c10d::ProcessGroup> countingGlooGroup(const c10::intrusive_pt
 #endif
 }
 
+// On torch 2.x the ProcessGroup's own methods dispatch to the c10d ops; on 1.13
+// they call the backend directly and c10d::ops::* is the dispatcher route.
 #if HPAC_TORCH_AT_LEAST(2, 0)
-c10::intrusive_ptr<c10d::Work> allReduce(const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
-                                         std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
-  return pg->allreduce(tensors, opts);
-}
-c10::intrusive_ptr<c10d::Work> allGather(const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
-                                         std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs) {
-  return pg->allgather(outputs, inputs);
-}
-c10::intrusive_ptr<c10d::Work> send(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, std::vector<at::Tensor>& tensors,
-                                    int dst, int tag) {
-  return pg->send(tensors, dst, tag);
-}
-c10::intrusive_ptr<c10d::Work> recv(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, std::vector<at::Tensor>& tensors,
-                                    int src, int tag) {
-  return pg->recv(tensors, src, tag);
-}
+#define HPAC_C10D_CALL(method, ...) pg->method(__VA_ARGS__)
 #else
+#define HPAC_C10D_CALL(method, ...) c10d::ops::method(pg, __VA_ARGS__)
+#endif
+
 c10::intrusive_ptr<c10d::Work> allReduce(const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
                                          std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
-  return c10d::ops::allreduce(pg, tensors, opts);
+  return HPAC_C10D_CALL(allreduce, tensors, opts);
 }
 c10::intrusive_ptr<c10d::Work> allGather(const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
                                          std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs) {
-  return c10d::ops::allgather(pg, outputs, inputs);
+  return HPAC_C10D_CALL(allgather, outputs, inputs);
 }
 c10::intrusive_ptr<c10d::Work> send(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, std::vector<at::Tensor>& tensors,
                                     int dst, int tag) {
-  return c10d::ops::send(pg, tensors, dst, tag);
+  return HPAC_C10D_CALL(send, tensors, dst, tag);
 }
 c10::intrusive_ptr<c10d::Work> recv(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, std::vector<at::Tensor>& tensors,
                                     int src, int tag) {
-  return c10d::ops::recv(pg, tensors, src, tag);
+  return HPAC_C10D_CALL(recv, tensors, src, tag);
 }
-#endif
+
+#undef HPAC_C10D_CALL
 
 c10::intrusive_ptr<c10d::Work> CountingGloo::allreduce(std::vector<at::Tensor>& tensors,
                                                        const c10d::AllreduceOptions& opts) {
