@@ -36,6 +36,10 @@ case "$torch_kind" in
     exit 2
     ;;
 esac
+# ccache, where installed, makes a rebuild in a fresh clone or a second checkout cheap; it changes no output.
+if command -v ccache >/dev/null 2>&1; then
+  torch_args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
 echo "[hpac build] configuring $build ($("$python" -c 'import torch; print("torch", torch.__version__)'))"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release "${torch_args[@]}" "$@" >"$build.configure.log" 2>&1 || {
   cat "$build.configure.log" >&2
