@@ -1,6 +1,6 @@
 #include "plugin/c_api.h"
 
-#include "policy/selective_policy.h"
+#include "policy/policy_kind.h"
 #include "replay/invocation.h"
 #include "replay/region.h"
 
@@ -35,15 +35,8 @@ extern "C" {
 
 int hpac_invocation_create(const char* kind, hpac_invocation** out) {
   return guarded([&] {
-    const std::string k = kind ? kind : "";
-    hpac::PolicyFactory policy;
-    if (k == "selective") {
-      policy = hpac::selectivePolicy();
-    } else if (k == "save_all") {
-      policy = hpac::functionPolicy([](const hpac::OpContext&) { return hpac::CheckpointPolicy::MUST_SAVE; });
-    } else {
-      TORCH_CHECK(k == "full", "hpac_invocation_create: unknown kind '", k, "'; allowed: selective, full, save_all");
-    }
+    constexpr const char* kCaller = "hpac_invocation_create";
+    const hpac::PolicyFactory policy = hpac::policyForKind(hpac::parsePolicyKind(kind ? kind : "", kCaller), {}, kCaller);
     auto* inv = new hpac_invocation;
     inv->invocation = std::make_unique<hpac::Invocation>(policy);
     *out = inv;

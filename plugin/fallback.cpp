@@ -1,5 +1,7 @@
-// hpac's boxed fallback. Kept small on purpose: the policy lives in policy/,
-// counting, storage and serving in replay/Invocation.
+// hpac's boxed fallback: admit the op, run it below the key (unless it is
+// served from the forward's storage), fix up its outputs. The decisions live in
+// policy/, counting, storage and serving in replay/Invocation; this file only
+// sequences them.
 //
 // The fallback is only reachable while a RegionGuard has put the key into the
 // thread's TLS include set, so "no region" means "never called". The one
@@ -7,15 +9,36 @@
 // such ops are passed below the key untouched.
 #include "plugin/fallback.h"
 
+#include "replay/dispatch_key.h"
 #include "replay/invocation.h"
 #include "replay/region.h"
 
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/macros/Macros.h>
 
 namespace hpac {
 namespace {
 
 thread_local uint64_t tls_fallback_entries = 0;
+
+// Note [Redispatch below hpac]
+// Two things must hold when an op continues below hpac's key:
+//  1. this call skips the key: a keyset redispatch with everything after the
+//     key (ks & FULL_AFTER(key)) — not callBoxed, which would recompute the
+//     keyset from TLS and land on the fallback again;
+//  2. ops the kernel calls internally (the CPU addmm kernel's empty/resize,
+//     softmax's empty_like, composite kernels below autograd) are not hpac's
+//     business: they are not part of the region's op sequence seen by autograd,
+//     so counting them would make occurrence indices depend on kernel
+//     internals, and serving them from cache would be wrong. An
+//     ExcludeDispatchKeyGuard for the key around the call hides every nested op.
+// The exclude guard alone would do for 2., the keyset alone for 1.; both are
+// cheap TLS/bit operations.
+void runBelowHpac(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  const c10::DispatchKey key = dispatchKey();
+  c10::impl::ExcludeDispatchKeyGuard hide_nested(key);
+  op.redispatchBoxed(ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, key), stack);
+}
 
 }  // namespace
 
@@ -26,8 +49,27 @@ void hpacFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
     runBelowHpac(op, ks, stack);
     return;
   }
-  // Redispatch style: see Note [Redispatch below hpac] in replay/region.cpp.
-  region.invocation->handle(region.phase, op, ks, stack);
+  Invocation& invocation = *region.invocation;
+  const Invocation::Admission admission = invocation.admit(region.phase, op, *stack);
+  switch (admission.action) {
+    case Invocation::Action::kServe:
+      invocation.serve(admission, op, stack);  // the kernel does not run
+      return;
+    case Invocation::Action::kSave: {
+      Invocation::PendingSave pending = invocation.beginSave(admission, op, *stack);
+      runBelowHpac(op, ks, stack);
+      invocation.keep(std::move(pending), op, stack);
+      return;
+    }
+    case Invocation::Action::kRun:
+      runBelowHpac(op, ks, stack);
+      invocation.afterRun(op, *stack);
+      return;
+    case Invocation::Action::kIgnore:
+    case Invocation::Action::kRecompute:
+      runBelowHpac(op, ks, stack);
+      return;
+  }
 }
 
 uint64_t fallbackEntriesOnThisThread() {

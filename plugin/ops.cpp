@@ -1,7 +1,7 @@
 #include "plugin/ops.h"
 
 #include "plugin/fallback.h"
-#include "policy/selective_policy.h"
+#include "policy/policy_kind.h"
 #include "replay/dispatch_key.h"
 #include "replay/invocation.h"
 #include "replay/region.h"
@@ -28,27 +28,13 @@ c10::Dict<std::string, int64_t> toDict(const InvocationStats& s) {
   return d;
 }
 
-PolicyFactory policyFor(const std::string& kind, const std::vector<std::string>& save_list) {
-  if (kind == "selective") {
-    TORCH_CHECK(save_list.empty(), "hpac.Invocation: kind 'selective' takes no save_list (got ", save_list.size(),
-                " entries); use kind 'save_list'");
-    return selectivePolicy();
-  }
-  if (kind == "full") {
-    TORCH_CHECK(save_list.empty(), "hpac.Invocation: kind 'full' takes no save_list (got ", save_list.size(),
-                " entries); use kind 'save_list'");
-    return PolicyFactory{};
-  }
-  if (kind == "save_list") return saveListPolicy(save_list);
-  TORCH_CHECK(false, "hpac.Invocation: unknown kind '", kind, "'; allowed: selective, full, save_list");
-}
-
 // One checkpoint call seen from Python: its invocation, and the region guard
 // between enter() and exit(). The guard lives on the thread that entered.
 class InvocationHandle : public torch::CustomClassHolder {
  public:
   InvocationHandle(const std::string& kind, const std::vector<std::string>& save_list, bool allow_cache_mutation)
-      : invocation_(std::make_unique<Invocation>(policyFor(kind, save_list),
+      : invocation_(std::make_unique<Invocation>(
+            policyForKind(parsePolicyKind(kind, "hpac.Invocation"), save_list, "hpac.Invocation"),
                                                  InvocationOptions{allow_cache_mutation})) {}
 
   int64_t id() const { return static_cast<int64_t>(invocation_->id()); }

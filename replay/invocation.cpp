@@ -1,11 +1,11 @@
 #include "replay/invocation.h"
 
+#include "replay/collective_work.h"
 #include "replay/dispatch_key.h"
 
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/macros/Macros.h>
 #include <c10/util/Exception.h>
-#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <mutex>
 
@@ -56,21 +56,7 @@ void forEachTensor(const c10::IValue& v, Fn&& fn) {
   }
 }
 
-// Note [In-place collectives]
-// The dispatcher-routed c10d collectives (c10d::allreduce_, alltoall_,
-// allgather_, reduce_scatter_, broadcast_, recv_) write their first argument
-// in place and return it together with a Work handle, but their schemas carry
-// no alias annotations. hpac treats them like annotated in-place ops: the
-// forward waits for the Work (the values are final only then) and snapshots
-// the written tensors; the recompute copies the snapshots into its own
-// tensors, returns those tensors and the forward's (completed) Work, and never
-// re-issues the collective.
-bool isInPlaceCollective(const c10::FunctionSchema& schema) {
-  const std::string& name = schema.name();
-  return name.rfind("c10d::", 0) == 0 && !name.empty() && name.back() == '_';
-}
-
-// Which arguments the op writes.
+// Which arguments the op writes (annotated, or Note [In-place collectives]).
 std::vector<bool> writtenArguments(const c10::FunctionSchema& schema) {
   const auto& args = schema.arguments();
   std::vector<bool> written(args.size(), false);
@@ -96,37 +82,6 @@ int64_t aliasedArgument(const c10::FunctionSchema& schema, size_t return_index) 
     if (a != nullptr && a->beforeSets() == ret_alias->beforeSets()) return static_cast<int64_t>(i);
   }
   return -1;
-}
-
-bool isWork(const c10::IValue& v) {
-  return v.isCustomClass() && v.type()->str() == "__torch__.torch.classes.c10d.Work";
-}
-
-// Note [Served Work handles]
-// A Work may be waited only once on some backends: Gloo's send and recv wait
-// consumes one completion of the underlying buffer, and a second wait blocks
-// until the timeout. So whenever hpac waits a saved op's Work itself (the
-// in-place collectives, to snapshot their results), the caller is handed a
-// Work that is already complete in its place; and what a recompute is served
-// is always such a completed Work, never the forward's handle (which the
-// forward's caller has waited, or will).
-class CompletedWork final : public c10d::Work {
- public:
-  CompletedWork() { finish(); }
-};
-
-c10::IValue completedWork() {
-  c10::intrusive_ptr<c10d::Work> work = c10::make_intrusive<CompletedWork>();
-  return c10::IValue(std::move(work));
-}
-
-// Waits every Work among the returns and replaces it by a completed one.
-void waitWorks(torch::jit::Stack* stack, size_t num_returns) {
-  for (size_t j = stack->size() - num_returns; j < stack->size(); ++j) {
-    if (!isWork((*stack)[j])) continue;
-    (*stack)[j].toCustomClass<c10d::Work>()->wait();
-    (*stack)[j] = completedWork();
-  }
 }
 
 std::string opName(const c10::OperatorHandle& op) {
@@ -193,46 +148,38 @@ void Invocation::endPhase() {
   globalTotals() += delta;
 }
 
-void Invocation::handle(Phase phase, const c10::OperatorHandle& op, c10::DispatchKeySet ks,
-                        torch::jit::Stack* stack) {
+Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& op,
+                                        const torch::jit::Stack& stack) {
   if (phase == Phase::kForward && !cached_storage_.empty() && op.schema().is_mutable()) {
-    copyOnWrite(op.schema(), *stack);
+    copyOnWrite(op.schema(), stack);
   }
   if (tables_.isIgnored(op)) {
     ++stats_.ignored;
     if (C10_UNLIKELY(record_ops_)) logOp(phase, op, "ignored");
-    runBelowHpac(op, ks, stack);
-    return;
+    return Admission{Action::kIgnore, -1};
   }
   const bool recompute = phase == Phase::kRecompute;
   const int64_t occurrence = occurrences_[recompute ? 1 : 0][opId(op)]++;
   const size_t num_args = op.schema().arguments().size();
-  const size_t args_begin = stack->size() - num_args;
   const OpContext ctx{recompute, id_, op, occurrence,
-                      c10::ArrayRef<c10::IValue>(stack->data() + args_begin, num_args)};
+                      c10::ArrayRef<c10::IValue>(stack.data() + stack.size() - num_args, num_args)};
   const bool save_op = isSave(policy_->decide(ctx));
   if (C10_UNLIKELY(record_ops_)) {
     logOp(phase, op, recompute ? (save_op ? "served" : "recomputed") : (save_op ? "saved" : "run"));
   }
-
-  if (!recompute) {
-    ++stats_.ops_forward;
-    if (!save_op) {
-      runBelowHpac(op, ks, stack);
-      if (!cached_storage_.empty() && tables_.isUnsafeAlias(op)) {
-        watchUnsafeAliases(*stack, op.schema().returns().size());
-      }
-      return;
-    }
-    save(op, ks, occurrence, stack, args_begin);
-    return;
-  }
-  ++stats_.ops_recompute;
-  if (save_op) {
-    serve(op, occurrence, stack);
-  } else {
+  if (recompute) {
+    ++stats_.ops_recompute;
+    if (save_op) return Admission{Action::kServe, occurrence};
     ++stats_.recomputed;
-    runBelowHpac(op, ks, stack);
+    return Admission{Action::kRecompute, occurrence};
+  }
+  ++stats_.ops_forward;
+  return Admission{save_op ? Action::kSave : Action::kRun, occurrence};
+}
+
+void Invocation::afterRun(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  if (!cached_storage_.empty() && tables_.isUnsafeAlias(op)) {
+    watchUnsafeAliases(stack, op.schema().returns().size());
   }
 }
 
@@ -292,19 +239,24 @@ void Invocation::copyOnWrite(const c10::FunctionSchema& schema, const torch::jit
   }
 }
 
-// Forward, SAVE: run the kernel, then keep the returns. Arguments the op wrote
-// (in-place and out= ops, collectives) are snapshotted so that the recompute's
-// own arguments can be given the same contents.
-void Invocation::save(const c10::OperatorHandle& op, c10::DispatchKeySet ks, int64_t occurrence,
-                      torch::jit::Stack* stack, size_t args_begin) {
-  const auto& schema = op.schema();
-  const std::vector<bool> written = writtenArguments(schema);
-  std::vector<c10::IValue> written_args;
+// Forward, SAVE. Arguments the op writes (in-place and out= ops, collectives)
+// are remembered before the kernel runs and snapshotted after it, so that the
+// recompute's own arguments can be given the same contents.
+Invocation::PendingSave Invocation::beginSave(const Admission& admission, const c10::OperatorHandle& op,
+                                              const torch::jit::Stack& stack) const {
+  const std::vector<bool> written = writtenArguments(op.schema());
+  const size_t args_begin = stack.size() - written.size();
+  PendingSave pending{admission.occurrence, {}};
   for (size_t i = 0; i < written.size(); ++i) {
-    if (written[i]) written_args.push_back((*stack)[args_begin + i]);
+    if (written[i]) pending.written_args.push_back(stack[args_begin + i]);
   }
-  runBelowHpac(op, ks, stack);
+  return pending;
+}
 
+void Invocation::keep(PendingSave pending, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const int64_t occurrence = pending.occurrence;
+  const std::vector<c10::IValue>& written_args = pending.written_args;
   const size_t num_returns = schema.returns().size();
   // An asynchronous op's results are final once its Work completes (Note [Served Work handles]).
   if (!written_args.empty()) waitWorks(stack, num_returns);
@@ -350,7 +302,8 @@ void Invocation::save(const c10::OperatorHandle& op, c10::DispatchKeySet ks, int
 
 // Recompute, SAVE: the kernel does not run. Pop the arguments, push fresh
 // aliases of what the forward kept, and release the entry.
-void Invocation::serve(const c10::OperatorHandle& op, int64_t occurrence, torch::jit::Stack* stack) {
+void Invocation::serve(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const int64_t occurrence = admission.occurrence;
   const auto it = storage_.find(Key{opId(op), occurrence});
   TORCH_CHECK(it != storage_.end(), "hpac: ", opName(op), " occurrence ", occurrence, " of invocation ", id_,
               " is not in storage: the recompute asked for a saved output that the forward never stored. "

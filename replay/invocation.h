@@ -1,11 +1,14 @@
 // hpac/replay/invocation.h
 //
 // Invocation: the state of one checkpoint call, shared by its forward and its
-// recompute. Ops reach it through the fallback while a RegionGuard for it is
-// alive. In the forward phase every op runs, and the outputs of ops the policy
-// saves are kept as detached aliases under (op, occurrence). In the recompute
-// phase saved ops are served from that storage without running their kernel,
-// each entry released as it is served; all other ops run again.
+// recompute. Ops reach it through the fallback (plugin/fallback.cpp) while a
+// RegionGuard for it is alive: the fallback admits each op (admit(): count it,
+// ask the policy), runs it below hpac's key unless it is served, and hands the
+// results back for fix-up. In the forward phase every op runs, and the outputs
+// of ops the policy saves are kept as detached aliases under (op, occurrence).
+// In the recompute phase saved ops are served from that storage without
+// running their kernel, each entry released as it is served; all other ops run
+// again. Invocation itself never runs a kernel.
 //
 // Thread safety: one thread at a time (the forward thread, later the thread
 // that runs backward). Stats are plain reads after the fact.
@@ -13,7 +16,7 @@
 
 #include "policy/checkpoint_policy.h"
 #include "policy/op_tables.h"
-#include "replay/region.h"
+#include "replay/phase.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -21,6 +24,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -74,8 +78,41 @@ class Invocation {
   void beginPhase(Phase phase);
   void endPhase();
 
-  // The fallback's entry point for every op of this region.
-  void handle(Phase phase, const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
+  // What the fallback does with one op of this region.
+  enum class Action : uint8_t {
+    kIgnore,     // not counted, not cached: run it (ignored-op table)
+    kRun,        // forward, not saved: run it, then afterRun()
+    kSave,       // forward, saved: beginSave(), run it, then keep()
+    kServe,      // recompute, saved: serve() — the kernel does not run
+    kRecompute,  // recompute, not saved: run it again
+  };
+  struct Admission {
+    Action action;
+    int64_t occurrence;  // of this op in this phase (-1 for kIgnore)
+  };
+
+  // Counts the op in `phase`, asks the policy, and says what to do. In the
+  // forward, an op about to write into a cached output first gives the cache
+  // its private copy (Note [Copy on write]).
+  Admission admit(Phase phase, const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+
+  // kRun, after the kernel: watches outputs that alias a cached output without
+  // sharing its version counter (Note [Unsafe aliases]).
+  void afterRun(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+
+  // kSave: the arguments the op will write, taken before the kernel runs.
+  struct PendingSave {
+    int64_t occurrence;
+    std::vector<c10::IValue> written_args;
+  };
+  PendingSave beginSave(const Admission& admission, const c10::OperatorHandle& op,
+                        const torch::jit::Stack& stack) const;
+  // kSave, after the kernel: keeps the returns (and snapshots of the written
+  // arguments) under (op, occurrence).
+  void keep(PendingSave pending, const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+  // kServe: pops the arguments and pushes what the forward kept; releases the entry.
+  void serve(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
   // Op log, off by default (tests and explain tools): while on, every op the
   // fallback hands to this invocation is appended as "phase ns::op.overload
@@ -106,10 +143,6 @@ class Invocation {
     int64_t bytes = 0;
     bool served = false;
   };
-
-  void save(const c10::OperatorHandle& op, c10::DispatchKeySet ks, int64_t occurrence, torch::jit::Stack* stack,
-            size_t args_begin);
-  void serve(const c10::OperatorHandle& op, int64_t occurrence, torch::jit::Stack* stack);
 
   const uint64_t id_;
   const InvocationOptions options_;

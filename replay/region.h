@@ -6,17 +6,13 @@
 // thread's TLS include set and no hpac code runs for its ops.
 #pragma once
 
-#include <ATen/core/dispatch/Dispatcher.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
+#include "replay/phase.h"
 
-#include <cstdint>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 namespace hpac {
 
 class Invocation;
-
-enum class Phase : uint8_t { kForward = 0, kRecompute = 1 };
-const char* toString(Phase phase);
 
 struct RegionState {
   Invocation* invocation = nullptr;
@@ -44,8 +40,5 @@ class RegionGuard {
   c10::impl::IncludeDispatchKeyGuard include_;
   RegionState previous_;
 };
-
-// Runs `op` below hpac's key (see Note [Redispatch below hpac]).
-void runBelowHpac(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
 
 }  // namespace hpac

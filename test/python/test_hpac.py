@@ -199,8 +199,10 @@ def test_error_nondeterministic_region():
 
 
 def test_bad_policy_and_phase_are_rejected():
-    with pytest.raises(ValueError, match="allowed: 'selective', 'full'"):
+    with pytest.raises(RuntimeError, match="unknown policy kind 'sometimes'; allowed: full, selective, save_list"):
         hpac.Invocation("sometimes")
+    with pytest.raises(RuntimeError, match="unknown policy kind 'sometimes'"):
+        hpac.context_fn("sometimes")
     with pytest.raises(RuntimeError, match="save list entry 'aten::no_such_op'"):
         hpac.Invocation(["aten::no_such_op"])
     inv = hpac.Invocation("full")

@@ -140,14 +140,12 @@ def reset_peak_memory():
 
 
 def _policy_kind(policy):
-    """policy: "selective" | "full" | None (= full) | an iterable of op names (save list)."""
-    if policy is None or policy == "full":
+    """policy: a kind name ("selective", "full", "save_all", ...; parsed and checked in C++, policy/policy_kind.h),
+    None (= "full"), or an iterable of op names (a save list)."""
+    if policy is None:
         return "full", []
-    if policy == "selective":
-        return "selective", []
     if isinstance(policy, str):
-        raise ValueError(f"hpac: unknown policy '{policy}'; allowed: 'selective', 'full', None, or a list of op "
-                         "names such as ['aten::mm', 'aten::max.dim']")
+        return policy, []
     names = list(policy)
     if not all(isinstance(n, str) for n in names):
         raise ValueError(f"hpac: a save list holds op names (str), got {names!r}")
@@ -211,7 +209,8 @@ def context_fn(policy="selective", allow_cache_mutation=False):
     Returns a callable that, per checkpoint call, creates one Invocation and returns its (forward, recompute)
     context managers.
     """
-    _policy_kind(policy)  # validate now, not inside backward
+    kind, names = _policy_kind(policy)
+    torch.classes.hpac.Invocation(kind, names, False)  # validate now (in C++), not inside backward
 
     def make_contexts():
         inv = Invocation(policy, allow_cache_mutation)
