@@ -16,6 +16,8 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/macros/Macros.h>
 
+#include <chrono>
+
 namespace hpac {
 namespace {
 
@@ -62,7 +64,14 @@ void hpacFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
       return;
     }
     case Invocation::Action::kRun:
-      runBelowHpac(op, ks, stack);
+      if (C10_UNLIKELY(invocation.profiling())) {
+        const auto start = std::chrono::steady_clock::now();
+        runBelowHpac(op, ks, stack);
+        const auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
+        invocation.observe(admission, op, *stack, nanos.count());
+      } else {
+        runBelowHpac(op, ks, stack);
+      }
       invocation.afterRun(op, *stack);
       return;
     case Invocation::Action::kIgnore:

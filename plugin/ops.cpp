@@ -25,6 +25,8 @@ c10::Dict<std::string, int64_t> toDict(const InvocationStats& s) {
   d.insert("recomputed", s.recomputed);
   d.insert("ignored", s.ignored);
   d.insert("recomputes", s.recomputes);
+  d.insert("unserved", s.unserved);
+  d.insert("unserved_bytes", s.unserved_bytes);
   return d;
 }
 
@@ -49,10 +51,12 @@ class InvocationHandle : public torch::CustomClassHolder {
     thread_ = std::this_thread::get_id();
   }
 
-  void exit() {
+  // completed: false when the phase ends by a Python exception (Note [Decisions are recorded]).
+  void exit(bool completed) {
     TORCH_CHECK(guard_, "hpac.Invocation.exit: invocation ", id(), " is not inside a region");
     TORCH_CHECK(thread_ == std::this_thread::get_id(), "hpac.Invocation.exit: invocation ", id(),
                 " was entered on another thread; enter and exit a region on the same thread");
+    if (!completed) guard_->abandon();
     guard_.reset();
   }
 

@@ -13,7 +13,7 @@
 //       {current_bytes, peak_bytes, allocations}, reset_peak_memory() -> None
 //   torch.classes.hpac.Invocation(kind: str, save_list: List[str], allow_cache_mutation: bool)
 //       kind: "selective" (built-in policy), "full" (recompute everything), "save_list"
-//       .id() -> int, .enter(phase: "forward"|"recompute"), .exit(), .stats() -> Dict[str, int],
+//       .id() -> int, .enter(phase: "forward"|"recompute"), .exit(completed: bool), .stats() -> Dict[str, int],
 //       .stored_entries() -> int, .record_ops(on: bool), .op_log() -> List[str]
 //       ("forward aten::mm saved", "recompute aten::mm served", ...: every op handed to the invocation)
 #pragma once

@@ -5,12 +5,15 @@
 // A policy decides, for one operator call inside a checkpoint region, whether
 // its outputs are kept from the forward pass (SAVE) or computed again during the
 // backward-time recompute (RECOMPUTE). The replay layer asks the policy once per
-// op in the forward phase and once per op in the recompute phase; both answers
-// must agree for replay to line up (see Note [Per-phase counters]).
+// op in the forward phase only; the recompute replays the decisions the forward
+// recorded (Note [Decisions are recorded] in replay/invocation.cpp), so a
+// policy's recompute-phase state can no longer make the phases disagree.
 //
 // This header has no dispatcher registration and no storage: policy/ only maps
 // (phase, invocation, op, occurrence, arguments) to a CheckpointPolicy.
 #pragma once
+
+#include "policy/budget_plan.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
@@ -66,8 +69,19 @@ class Policy {
   virtual ~Policy() = default;
   virtual CheckpointPolicy decide(const OpContext& ctx) = 0;
   // Called when the invocation enters a phase (a second backward re-enters the
-  // recompute phase); per-phase counters reset here.
+  // recompute phase); per-phase counters reset here. decide() is called in the
+  // forward phase only.
   virtual void onPhaseBegin(bool is_recompute) {}
+  // Called when the phase ends; `completed` is false when it ended by an exception.
+  virtual void onPhaseEnd(bool is_recompute, bool completed) {}
+
+  // Profiling (the budget policy, policy/budget_policy.h): while wantsProfile()
+  // is true at the start of a forward, every counted op of that forward has its
+  // kernel timed, and observe() receives what keeping its outputs would cost
+  // (ProfiledOp: kernel time, and the storages keep() would hold — fresh ids
+  // for snapshots of written arguments). ctx.arguments is empty there.
+  virtual bool wantsProfile() const { return false; }
+  virtual void observe(const OpContext& ctx, const ProfiledOp& profile) {}
 };
 
 using PolicyFactory = std::function<std::unique_ptr<Policy>()>;

@@ -15,7 +15,10 @@
 // shared by forward and recompute would start the recompute at an odd offset
 // whenever the forward saw an odd number of matmuls, so every decision in the
 // recompute would be inverted: saved outputs looked up that were never stored,
-// or stored outputs served to the wrong call.
+// or stored outputs served to the wrong call. The replay now asks a policy in
+// the forward only (Note [Decisions are recorded]), which makes that
+// impossible for any policy; the counters stay per phase so that the policy
+// answers the same when called directly for either phase (tests, explain).
 #pragma once
 
 #include "policy/checkpoint_policy.h"

@@ -84,10 +84,23 @@ int64_t aliasedArgument(const c10::FunctionSchema& schema, size_t return_index) 
   return -1;
 }
 
-std::string opName(const c10::OperatorHandle& op) {
-  const auto& name = op.operator_name();
+std::string opName(const c10::OperatorName& name) {
   return name.overload_name.empty() ? name.name + " (default overload)"
                                     : name.name + "." + name.overload_name;
+}
+std::string opName(const c10::OperatorHandle& op) {
+  return opName(op.operator_name());
+}
+
+// The replay mismatch: the recompute met (op, occurrence) where the forward stored nothing.
+[[noreturn]] void throwNotInStorage(const c10::OperatorHandle& op, int64_t occurrence, uint64_t invocation,
+                                    int64_t forward_count) {
+  TORCH_CHECK(false, "hpac: ", opName(op), " occurrence ", occurrence, " of invocation ", invocation,
+              " is not in storage: the forward ran this op ", forward_count,
+              " times, and the recompute met an occurrence the forward never ran. "
+              "The checkpointed region ran a different op sequence in backward than in forward "
+              "(data-dependent control flow, or state that changed between forward and backward). "
+              "Make the region deterministic, or keep the varying part outside the checkpoint.");
 }
 
 }  // namespace
@@ -107,6 +120,8 @@ static void addScaled(InvocationStats& a, const InvocationStats& b, int64_t k) {
   a.recomputed += k * b.recomputed;
   a.ignored += k * b.ignored;
   a.recomputes += k * b.recomputes;
+  a.unserved += k * b.unserved;
+  a.unserved_bytes += k * b.unserved_bytes;
 }
 
 InvocationStats& InvocationStats::operator+=(const InvocationStats& o) {
@@ -135,12 +150,18 @@ Invocation::Invocation(const PolicyFactory& policy, InvocationOptions options)
 Invocation::~Invocation() = default;
 
 void Invocation::beginPhase(Phase phase) {
+  phase_ = phase;
+  profiling_ = phase == Phase::kForward && policy_->wantsProfile();
+  profile_ids_.clear();
   occurrences_[static_cast<int>(phase)].clear();
   if (phase == Phase::kRecompute) ++stats_.recomputes;
   policy_->onPhaseBegin(phase == Phase::kRecompute);
 }
 
-void Invocation::endPhase() {
+void Invocation::endPhase(bool completed) {
+  if (phase_ == Phase::kRecompute) releaseUnserved(completed);
+  policy_->onPhaseEnd(phase_ == Phase::kRecompute, completed);
+  profile_ids_.clear();
   InvocationStats delta = stats_;
   addScaled(delta, reported_, -1);
   reported_ = stats_;
@@ -160,21 +181,116 @@ Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& 
   }
   const bool recompute = phase == Phase::kRecompute;
   const int64_t occurrence = occurrences_[recompute ? 1 : 0][opId(op)]++;
+  if (recompute) {
+    ++stats_.ops_recompute;
+    const auto forward = occurrences_[0].find(opId(op));
+    const int64_t forward_count = forward == occurrences_[0].end() ? 0 : forward->second;
+    if (C10_UNLIKELY(occurrence >= forward_count)) {
+      // With nothing saved there is nothing to misalign: a full checkpoint runs it (and the
+      // checkpoint's determinism check compares what autograd saved).
+      if (stats_.saved > 0) throwNotInStorage(op, occurrence, id_, forward_count);
+      if (C10_UNLIKELY(record_ops_)) logOp(phase, op, "recomputed");
+      ++stats_.recomputed;
+      return Admission{Action::kRecompute, occurrence};
+    }
+    const bool saved = storage_.count(Key{opId(op), occurrence}) != 0;
+    if (C10_UNLIKELY(record_ops_)) logOp(phase, op, saved ? "served" : "recomputed");
+    if (saved) return Admission{Action::kServe, occurrence};
+    ++stats_.recomputed;
+    return Admission{Action::kRecompute, occurrence};
+  }
   const size_t num_args = op.schema().arguments().size();
   const OpContext ctx{recompute, id_, op, occurrence,
                       c10::ArrayRef<c10::IValue>(stack.data() + stack.size() - num_args, num_args)};
   const bool save_op = isSave(policy_->decide(ctx));
-  if (C10_UNLIKELY(record_ops_)) {
-    logOp(phase, op, recompute ? (save_op ? "served" : "recomputed") : (save_op ? "saved" : "run"));
-  }
-  if (recompute) {
-    ++stats_.ops_recompute;
-    if (save_op) return Admission{Action::kServe, occurrence};
-    ++stats_.recomputed;
-    return Admission{Action::kRecompute, occurrence};
-  }
+  if (C10_UNLIKELY(record_ops_)) logOp(phase, op, save_op ? "saved" : "run");
   ++stats_.ops_forward;
   return Admission{save_op ? Action::kSave : Action::kRun, occurrence};
+}
+
+// Note [Decisions are recorded]
+// The policy decides once, in the forward; what it decided is recorded as the
+// storage itself: an (op, occurrence) with an entry was saved, any other
+// occurrence the forward counted was not. The recompute replays that record
+// and never asks the policy again, so a policy whose answers depend on state
+// that moved in between (a counter shared across invocations, a budget plan
+// re-made, the recompute flag) cannot make the two phases disagree. What the
+// record cannot explain is an error or a report:
+//  - the recompute meets an occurrence the forward never ran (more mm calls
+//    than in the forward) in a region that saved outputs, whose keys may now
+//    be misaligned: "… is not in storage" (throwNotInStorage). A region that
+//    saved nothing (full) just runs it; the checkpoint's determinism check
+//    compares what autograd saved;
+//  - a saved entry is never asked for by a recompute that completes: the
+//    region ran fewer ops in backward; the entry is released and reported
+//    with one warning. A recompute ended by an exception — torch's early stop
+//    (torch.utils.checkpoint stops the recompute once every tensor backward
+//    needs exists), or an error — releases them silently. Both are counted in
+//    InvocationStats::unserved.
+void Invocation::releaseUnserved(bool completed) {
+  int64_t count = 0, bytes = 0;
+  std::string names;
+  for (auto& [key, entry] : storage_) {
+    if (entry.served) continue;
+    if (count < 3) {
+      names += (count ? ", " : "") + (entry.op_name ? opName(*entry.op_name) : std::string("?")) +
+               " occurrence " + std::to_string(key.occurrence);
+    }
+    ++count;
+    bytes += entry.bytes;
+    release(entry);
+  }
+  if (count == 0) return;
+  stats_.unserved += count;
+  stats_.unserved_bytes += bytes;
+  if (completed) {
+    TORCH_WARN("hpac: the recompute of invocation ", id_, " completed without asking for ", count,
+               " saved output(s) (", bytes, " bytes): ", names, count > 3 ? ", ..." : "",
+               ". The region ran fewer ops in backward than in forward; they were released.");
+  }
+}
+
+// Note [Profile storage ids]
+// A profile names each output's storage so the planner can see which outputs
+// share one (Note [Budget as a knapsack]). A StorageImpl address is not a name:
+// an output freed during the forward leaves its address to the next
+// allocation. While the profile runs, each named StorageImpl is held by a weak
+// reference, which keeps the object (not its data) allocated, so no later
+// storage can take the address; an expired one still gets a new id.
+//
+// What keeping this op's outputs would hold, as keep() would hold it: fresh
+// storages for the snapshots of written arguments (returned aliased), the
+// storages of the other tensor returns (Note [Profile storage ids]).
+void Invocation::observe(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
+                         int64_t nanos) {
+  const auto& schema = op.schema();
+  const size_t num_returns = schema.returns().size();
+  ProfiledOp profile;
+  const auto& name = op.operator_name();
+  profile.op = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+  profile.id = opId(op);
+  profile.occurrence = admission.occurrence;
+  profile.micros = static_cast<double>(nanos) / 1e3;
+  for (size_t j = 0; j < num_returns; ++j) {
+    const c10::IValue& ret = stack[stack.size() - num_returns + j];
+    const bool snapshot = aliasedArgument(schema, j) >= 0;
+    forEachTensor(ret, [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      if (snapshot || !t.has_storage()) {
+        profile.storages.emplace_back(next_profile_id_++, tensorBytes(t));
+        return;
+      }
+      const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+      auto it = profile_ids_.find(impl);
+      if (it == profile_ids_.end() || it->second.first.expired()) {
+        c10::weak_intrusive_ptr<c10::StorageImpl> weak(t.storage().getWeakStorageImpl());
+        it = profile_ids_.insert_or_assign(impl, std::make_pair(std::move(weak), next_profile_id_++)).first;
+      }
+      profile.storages.emplace_back(it->second.second, static_cast<int64_t>(t.storage().nbytes()));
+    });
+  }
+  const OpContext ctx{false, id_, op, admission.occurrence, {}};
+  policy_->observe(ctx, profile);
 }
 
 void Invocation::afterRun(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
@@ -291,6 +407,7 @@ void Invocation::keep(PendingSave pending, const c10::OperatorHandle& op, torch:
       return alias;
     }));
   }
+  entry.op_name = &op.operator_name();
   ++stats_.saved;
   stats_.saved_bytes += entry.bytes;
   ++stored_entries_;
@@ -305,11 +422,7 @@ void Invocation::keep(PendingSave pending, const c10::OperatorHandle& op, torch:
 void Invocation::serve(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const int64_t occurrence = admission.occurrence;
   const auto it = storage_.find(Key{opId(op), occurrence});
-  TORCH_CHECK(it != storage_.end(), "hpac: ", opName(op), " occurrence ", occurrence, " of invocation ", id_,
-              " is not in storage: the recompute asked for a saved output that the forward never stored. "
-              "The checkpointed region ran a different op sequence in backward than in forward "
-              "(data-dependent control flow, or state that changed between forward and backward). "
-              "Make the region deterministic, or keep the varying part outside the checkpoint.");
+  if (C10_UNLIKELY(it == storage_.end())) throwNotInStorage(op, occurrence, id_, occurrences_[0][opId(op)]);
   Entry& entry = it->second;
   TORCH_CHECK(!entry.served, "hpac: ", opName(op), " occurrence ", occurrence, " of invocation ", id_,
               " was already served: backward ran through this selective checkpoint region an extra time. "
@@ -318,11 +431,13 @@ void Invocation::serve(const Admission& admission, const c10::OperatorHandle& op
   if (!options_.allow_cache_mutation) {
     for (const auto& [counter, version] : entry.versions) {
       const uint32_t now = counter.current_version();
-      TORCH_CHECK(now == version, "hpac: the cached output of ", opName(op), " occurrence ", occurrence,
-                  " of invocation ", id_, " was modified in place after it was saved (version ", version,
-                  " at save, ", now, " now), so serving it would give wrong gradients. Don't mutate the "
-                  "outputs of saved ops inside the region, or set allow_cache_mutation (saved outputs are "
-                  "then cloned).");
+      if (C10_LIKELY(now == version)) continue;
+      const uint32_t at_save = version;
+      release(entry);  // reported by this error, not again as unserved (ends `version`'s lifetime)
+      TORCH_CHECK(false, "hpac: the cached output of ", opName(op), " occurrence ", occurrence, " of invocation ", id_,
+                  " was modified in place after it was saved (version ", at_save, " at save, ", now,
+                  " now), so serving it would give wrong gradients. Don't mutate the outputs of saved ops inside "
+                  "the region, or set allow_cache_mutation (saved outputs are then cloned).");
     }
   }
   const auto& schema = op.schema();
@@ -355,6 +470,12 @@ void Invocation::serve(const Admission& admission, const c10::OperatorHandle& op
     }
   }
   ++stats_.served;
+  release(entry);
+}
+
+// Drops what an entry holds; the key stays, marked served, so that asking for it again is
+// "already served" (an extra backward), not "not in storage".
+void Invocation::release(Entry& entry) {
   --stored_entries_;
   stored_bytes_ -= entry.bytes;
   for (const c10::StorageImpl* s : entry.storages) cached_storage_.erase(s);

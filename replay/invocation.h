@@ -40,6 +40,8 @@ struct InvocationStats {
   int64_t recomputed = 0;     // ops whose kernel ran again in recompute
   int64_t ignored = 0;        // ignored ops (both phases), never counted
   int64_t recomputes = 0;     // recompute phases entered
+  int64_t unserved = 0;       // saved entries no recompute asked for, released when it ended
+  int64_t unserved_bytes = 0; // their bytes
 
   InvocationStats& operator+=(const InvocationStats& o);
 };
@@ -74,9 +76,12 @@ class Invocation {
   int64_t storedBytes() const { return stored_bytes_; }
 
   // Called by RegionGuard: resets the op counters of `phase` / adds this
-  // phase's stats to the global totals.
+  // phase's stats to the global totals. A recompute phase that ends releases
+  // the saved entries it never asked for (Note [Decisions are recorded]);
+  // `completed` is false when it ended by an exception (torch's early stop
+  // of a recompute, an error), and only a completed one warns about them.
   void beginPhase(Phase phase);
-  void endPhase();
+  void endPhase(bool completed);
 
   // What the fallback does with one op of this region.
   enum class Action : uint8_t {
@@ -91,10 +96,17 @@ class Invocation {
     int64_t occurrence;  // of this op in this phase (-1 for kIgnore)
   };
 
-  // Counts the op in `phase`, asks the policy, and says what to do. In the
-  // forward, an op about to write into a cached output first gives the cache
-  // its private copy (Note [Copy on write]).
+  // Counts the op in `phase` and says what to do: in the forward the policy
+  // decides, in the recompute the forward's decision is replayed
+  // (Note [Decisions are recorded]). In the forward, an op about to write into
+  // a cached output first gives the cache its private copy (Note [Copy on write]).
   Admission admit(Phase phase, const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+
+  // Whether this forward is a profile (Policy::wantsProfile()): the fallback
+  // then times each kRun kernel and reports it through observe().
+  bool profiling() const { return profiling_; }
+  void observe(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
+               int64_t nanos);
 
   // kRun, after the kernel: watches outputs that alias a cached output without
   // sharing its version counter (Note [Unsafe aliases]).
@@ -140,6 +152,7 @@ class Invocation {
     // them (Note [Unsafe aliases]).
     std::vector<std::pair<c10::VariableVersion, uint32_t>> versions;
     std::vector<const c10::StorageImpl*> storages;  // of the cached aliases
+    const c10::OperatorName* op_name = nullptr;     // for messages
     int64_t bytes = 0;
     bool served = false;
   };
@@ -149,6 +162,15 @@ class Invocation {
   const ResolvedOpTables& tables_;
   std::unique_ptr<Policy> policy_;
   std::unordered_map<OpId, int64_t> occurrences_[2];
+  Phase phase_ = Phase::kForward;
+  bool profiling_ = false;
+  // Note [Profile storage ids]: weak references keep the StorageImpl objects (not their data) of
+  // profiled outputs allocated, so an address seen in the profile cannot be reused by a later output.
+  std::unordered_map<const c10::StorageImpl*, std::pair<c10::weak_intrusive_ptr<c10::StorageImpl>, int64_t>>
+      profile_ids_;
+  int64_t next_profile_id_ = 0;
+  void releaseUnserved(bool completed);
+  void release(Entry& entry);
   void watchUnsafeAliases(const torch::jit::Stack& stack, size_t num_returns);
   void copyOnWrite(const c10::FunctionSchema& schema, const torch::jit::Stack& stack);
 

@@ -28,13 +28,13 @@ const RegionState& currentRegion() {
 }
 
 RegionGuard::RegionGuard(Invocation& invocation, Phase phase)
-    : include_(checkedKey(invocation)), previous_(tls_region) {
+    : include_(checkedKey(invocation)), previous_(tls_region), uncaught_at_entry_(std::uncaught_exceptions()) {
   invocation.beginPhase(phase);
   tls_region = RegionState{&invocation, phase};
 }
 
 RegionGuard::~RegionGuard() {
-  tls_region.invocation->endPhase();
+  tls_region.invocation->endPhase(!abandoned_ && std::uncaught_exceptions() <= uncaught_at_entry_);
   tls_region = previous_;
 }
 

@@ -10,6 +10,8 @@
 
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include <exception>
+
 namespace hpac {
 
 class Invocation;
@@ -36,9 +38,16 @@ class RegionGuard {
   RegionGuard(const RegionGuard&) = delete;
   RegionGuard& operator=(const RegionGuard&) = delete;
 
+  // Marks the phase as ended by an error in code the guard cannot see (a
+  // Python exception on its way through a context manager); an exception
+  // thrown through the guard itself is noticed without it.
+  void abandon() { abandoned_ = true; }
+
  private:
   c10::impl::IncludeDispatchKeyGuard include_;
   RegionState previous_;
+  int uncaught_at_entry_;
+  bool abandoned_ = false;
 };
 
 }  // namespace hpac

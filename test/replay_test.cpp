@@ -214,6 +214,109 @@ TEST_F(ReplayTest, SecondRecomputeIsAnExtraBackward) {
   EXPECT_NE(msg.find("an extra time"), std::string::npos) << msg;
 }
 
+// Collects c10 warnings (TORCH_WARN) while alive; the handler interface differs between torch 1.13 and 2.x.
+class CapturedWarnings final : public c10::WarningHandler {
+ public:
+  CapturedWarnings() : previous_(getHandler()) { setHandler(this); }
+  ~CapturedWarnings() override { setHandler(previous_); }
+#if HPAC_TORCH_AT_LEAST(2, 0)
+  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
+  static c10::WarningHandler* getHandler() { return c10::WarningUtils::get_warning_handler(); }
+  static void setHandler(c10::WarningHandler* h) { c10::WarningUtils::set_warning_handler(h); }
+#else
+  void process(const c10::SourceLocation&, const std::string& msg, const bool) override { messages.push_back(msg); }
+  static c10::WarningHandler* getHandler() { return c10::Warning::get_warning_handler(); }
+  static void setHandler(c10::WarningHandler* h) { c10::Warning::set_warning_handler(h); }
+#endif
+  std::vector<std::string> messages;
+
+ private:
+  c10::WarningHandler* previous_;
+};
+
+// Note [Decisions are recorded]: the policy is asked in the forward only; the
+// recompute replays what the forward stored, whatever the policy would answer now.
+TEST_F(ReplayTest, RecomputeReplaysTheForwardsDecisions) {
+  int64_t asked_in_recompute = 0;
+  Invocation inv(functionPolicy([&](const OpContext& ctx) {
+    if (ctx.is_recompute) ++asked_in_recompute;
+    return ctx.is_recompute ? CheckpointPolicy::MUST_RECOMPUTE : CheckpointPolicy::MUST_SAVE;
+  }));
+  const at::Tensor a = at::randn({3, 3});
+  at::Tensor forward, recompute;
+  {
+    RegionGuard region(inv, Phase::kForward);
+    forward = callCountedMm(a, a);
+  }
+  {
+    RegionGuard region(inv, Phase::kRecompute);
+    recompute = callCountedMm(a, a);
+  }
+  EXPECT_EQ(asked_in_recompute, 0);
+  EXPECT_EQ(counted_mm_calls, 1);  // served: the kernel ran in the forward only
+  EXPECT_EQ(inv.stats().served, 1);
+  EXPECT_TRUE(at::equal(forward, recompute));
+}
+
+// A recompute that completes without asking for a saved entry: released, counted, reported once.
+TEST_F(ReplayTest, EntriesNoRecomputeAskedForAreReleasedAndReported) {
+  Invocation inv(saveListPolicy({"hpac_test::counted_mm"}));
+  const at::Tensor a = at::randn({16, 16});
+  {
+    RegionGuard region(inv, Phase::kForward);
+    callCountedMm(a, a);
+    callCountedMm(a, a);
+  }
+  EXPECT_EQ(inv.storedEntries(), 2u);
+  CapturedWarnings warnings;
+  {
+    RegionGuard region(inv, Phase::kRecompute);
+    callCountedMm(a, a);
+  }
+  EXPECT_EQ(inv.storedEntries(), 0u);
+  EXPECT_EQ(inv.storedBytes(), 0);
+  EXPECT_EQ(inv.stats().unserved, 1);
+  EXPECT_EQ(inv.stats().unserved_bytes, 16 * 16 * 4);
+  ASSERT_EQ(warnings.messages.size(), 1u);
+  EXPECT_NE(warnings.messages[0].find("completed without asking for 1 saved output(s) (1024 bytes): "
+                                      "hpac_test::counted_mm (default overload) occurrence 1"),
+            std::string::npos)
+      << warnings.messages[0];
+}
+
+// torch.utils.checkpoint stops a recompute early by an exception once backward has what it needs: no report then.
+TEST_F(ReplayTest, ARecomputeEndedByAnExceptionReleasesSilently) {
+  Invocation inv(saveListPolicy({"hpac_test::counted_mm"}));
+  const at::Tensor a = at::randn({4, 4});
+  {
+    RegionGuard region(inv, Phase::kForward);
+    callCountedMm(a, a);
+    callCountedMm(a, a);
+  }
+  CapturedWarnings warnings;
+  try {
+    RegionGuard region(inv, Phase::kRecompute);
+    callCountedMm(a, a);
+    throw std::runtime_error("stop recomputation");
+  } catch (const std::runtime_error&) {
+  }
+  {
+    Invocation inv2(saveListPolicy({"hpac_test::counted_mm"}));
+    {
+      RegionGuard region(inv2, Phase::kForward);
+      callCountedMm(a, a);
+    }
+    {
+      RegionGuard region(inv2, Phase::kRecompute);
+      region.abandon();  // as Python's context manager does when an exception passes through it
+    }
+    EXPECT_EQ(inv2.stats().unserved, 1);
+  }
+  EXPECT_EQ(inv.stats().unserved, 1);
+  EXPECT_EQ(inv.storedEntries(), 0u);
+  EXPECT_TRUE(warnings.messages.empty()) << warnings.messages[0];
+}
+
 TEST_F(ReplayTest, MutatedCacheIsAnErrorUnlessAllowed) {
   const at::Tensor a = at::randn({3, 3});
   {  // a write inside the region: hpac sees it coming and keeps a private copy (Note [Copy on write])
@@ -225,8 +328,12 @@ TEST_F(ReplayTest, MutatedCacheIsAnErrorUnlessAllowed) {
       original = out.clone();
       out.add_(1);
     }
-    RegionGuard region(inv, Phase::kRecompute);
-    EXPECT_TRUE(at::equal(callCountedMm(a, a), original));
+    at::Tensor served;
+    {
+      RegionGuard region(inv, Phase::kRecompute);
+      served = callCountedMm(a, a);
+    }
+    EXPECT_TRUE(at::equal(served, original));
     EXPECT_EQ(counted_mm_calls, 1);  // still served, not recomputed
   }
   {  // a write after the region, which hpac does not see: refused at serve time
@@ -251,8 +358,12 @@ TEST_F(ReplayTest, MutatedCacheIsAnErrorUnlessAllowed) {
       original = out.clone();
     }
     out.add_(1);
-    RegionGuard region(inv, Phase::kRecompute);
-    EXPECT_TRUE(at::equal(callCountedMm(a, a), original));  // the clone taken at save time
+    at::Tensor served;
+    {
+      RegionGuard region(inv, Phase::kRecompute);
+      served = callCountedMm(a, a);
+    }
+    EXPECT_TRUE(at::equal(served, original));  // the clone taken at save time
   }
 }
 
@@ -265,10 +376,11 @@ TEST_F(ReplayTest, InPlaceSavedOpGivesTheRecomputeItsContents) {
     fwd.add_(b);
   }
   at::Tensor rec = at::zeros({4});
+  const at::Tensor other = at::zeros({4});
   at::Tensor returned;
   {
     RegionGuard region(inv, Phase::kRecompute);
-    returned = rec.add_(at::zeros({4}));  // kernel skipped: the forward's result is written into rec
+    returned = rec.add_(other);  // kernel skipped: the forward's result is written into rec
   }
   EXPECT_TRUE(at::equal(rec, fwd));
   EXPECT_EQ(returned.unsafeGetTensorImpl(), rec.unsafeGetTensorImpl());

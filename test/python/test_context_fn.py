@@ -130,3 +130,26 @@ def test_checkpoint_wrapper_and_hpac_checkpoint_agree_with_context_fn():
         hpac.unwrap_checkpoint(block)
     for got in (via_context_fn, via_checkpoint, via_wrapper):
         assert_all_equal(got, ref)
+
+
+@pytest.mark.parametrize("early_stop", [True, False], ids=["early_stop", "no_early_stop"])
+def test_an_output_the_recompute_never_needs_is_released(early_stop):
+    """Note [Decisions are recorded]: neg's output is saved in forward, but backward needs nothing from it (neg saves
+    no tensor). torch's early stop ends the recompute (by an exception) before neg runs: the entry is released
+    silently. Without early stop the recompute reaches neg and is served it."""
+    import warnings
+    torch.manual_seed(1)
+    w = torch.randn(8, 8, requires_grad=True)
+    x = torch.randn(4, 8, requires_grad=True)
+    fn = lambda t: torch.neg(t @ w)  # noqa: E731
+    ref = torch.autograd.grad(fn(x).sum(), [x, w])
+    hpac.reset_global_stats()
+    with set_checkpoint_early_stop(early_stop), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y = torch_checkpoint(fn, x, use_reentrant=False, context_fn=hpac.context_fn(["aten::neg"]))
+        got = torch.autograd.grad(y.sum(), [x, w])
+    assert_all_equal(got, ref)
+    stats = hpac.global_stats()
+    assert stats["saved"] == 1
+    assert (stats["unserved"], stats["served"]) == ((1, 0) if early_stop else (0, 1))
+    assert not [w for w in caught if "hpac" in str(w.message)]

@@ -167,8 +167,10 @@ class _Region:
         self._invocation._handle.enter(self._phase)
         return self._invocation
 
-    def __exit__(self, *exc):
-        self._invocation._handle.exit()
+    def __exit__(self, exc_type, exc, tb):
+        # An exception (torch's early stop of a recompute, an error) ends the phase unfinished: hpac then
+        # releases saved outputs the recompute never asked for without warning about them.
+        self._invocation._handle.exit(exc_type is None)
         return False
 
 

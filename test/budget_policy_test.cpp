@@ -1,0 +1,141 @@
+// The budget policy (policy/budget_policy.h) through hpac::checkpoint: profile,
+// plan, replay; parity with no checkpointing under every budget; plans that
+// stop matching the region; bad specs.
+#include "policy/budget_policy.h"
+#include "replay/checkpoint.h"
+#include "tools/evidence.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
+
+namespace hpac {
+namespace {
+
+struct Problem {
+  at::Tensor x, w1, w2, w3;
+  std::vector<at::Tensor> params() const { return {x, w1, w2, w3}; }
+};
+
+Problem problem() {
+  at::manual_seed(21);
+  return Problem{at::randn({16, 32}).set_requires_grad(true), at::randn({32, 64}).set_requires_grad(true),
+                 at::randn({64, 64}).set_requires_grad(true), at::randn({64, 32}).set_requires_grad(true)};
+}
+
+// `extra` more tanh(mm) rounds change the op sequence (a region whose ops vary between steps).
+at::Tensor body(const Problem& p, const at::Tensor& x, int extra = 0) {
+  at::Tensor h = at::gelu(at::mm(x, p.w1));
+  h = at::tanh(at::mm(h, p.w2)) * at::sigmoid(h);
+  for (int i = 0; i < extra; ++i) h = at::tanh(at::mm(h, p.w2));
+  return at::softmax(at::mm(h, p.w3), -1);
+}
+
+struct Step {
+  std::vector<at::Tensor> grads;
+  InvocationStats stats;
+};
+
+Step step(const Problem& p, const PolicyFactory& policy, bool checkpointed, int extra = 0) {
+  auto stats = std::make_shared<InvocationStats>();
+  CheckpointOptions o;
+  o.policy = policy;
+  o.stats_out = stats;
+  at::Tensor y = checkpointed ? checkpoint([&](const at::Tensor& in) { return body(p, in, extra); }, p.x, o)
+                              : body(p, p.x, extra);
+  Step s{torch::autograd::grad({(y * y).sum()}, p.params()), {}};
+  y = at::Tensor();
+  s.stats = *stats;
+  return s;
+}
+
+TEST(BudgetPolicy, ProfilesOnceThenReplaysThePlanWithGradientsEqualToOff) {
+  const Problem p = problem();
+  const Step off = step(p, {}, false);
+  for (double fraction : {0.0, 0.1, 0.25, 0.5, 0.75, 1.0}) {
+    auto region = std::make_shared<BudgetRegion>(BudgetSpec{fraction, -1});
+    const Step profile = step(p, region->factory(), true);
+    EXPECT_EQ(profile.stats.saved, 0) << "the profile runs as full";
+    EXPECT_EQ(maxAbsDiff(profile.grads, off.grads), 0.0) << fraction;
+    const BudgetRegion::Status st = region->status();
+    ASSERT_EQ(st.stage, BudgetRegion::Stage::kPlanned) << fraction;
+    EXPECT_EQ(static_cast<int64_t>(st.profile.size()), profile.stats.ops_forward);
+    EXPECT_LE(st.plan.kept_bytes, st.plan.budget_bytes);
+    EXPECT_EQ(st.plan.budget_bytes, static_cast<int64_t>(fraction * static_cast<double>(st.plan.total_bytes)));
+    int64_t planned = 0;
+    for (bool s : st.plan.save) planned += s;
+    for (int i = 0; i < 2; ++i) {
+      const Step replay = step(p, region->factory(), true);
+      EXPECT_EQ(maxAbsDiff(replay.grads, off.grads), 0.0) << fraction;
+      EXPECT_EQ(replay.stats.saved, planned) << fraction;
+      EXPECT_EQ(replay.stats.served, planned) << fraction;
+      EXPECT_EQ(replay.stats.unserved, 0);
+    }
+    if (fraction == 1.0) {
+      EXPECT_EQ(planned, profile.stats.ops_forward);
+    }
+    EXPECT_EQ(region->status().stage, BudgetRegion::Stage::kPlanned);
+  }
+}
+
+TEST(BudgetPolicy, MoreBudgetNeverKeepsLessOrRecomputesMore) {
+  const Problem p = problem();
+  double last_saved_micros = -1;
+  int64_t last_kept = -1;
+  auto region = std::make_shared<BudgetRegion>(BudgetSpec{1.0, -1});
+  step(p, region->factory(), true);
+  const std::vector<ProfiledOp> profile = region->status().profile;
+  const int64_t total = totalOutputBytes(profile);
+  for (int k = 0; k <= 10; ++k) {
+    const BudgetPlan plan = planBudget(profile, total * k / 10);
+    EXPECT_GE(plan.saved_micros, last_saved_micros);
+    EXPECT_LE(plan.kept_bytes, plan.budget_bytes);
+    last_saved_micros = plan.saved_micros;
+    last_kept = plan.kept_bytes;
+  }
+  EXPECT_EQ(last_kept, total);
+}
+
+// Note [Plans that stay valid]: a forward with another op sequence uses the
+// fixed policy from the first differing op, the region profiles again, and
+// after max_replans it stays on the fixed policy with one warning.
+TEST(BudgetPolicy, ARegionWhoseOpsChangeReprofilesThenFallsBack) {
+  const Problem p = problem();
+  auto region = std::make_shared<BudgetRegion>(BudgetSpec{0.5, -1, /*profile_invocations=*/1, /*max_replans=*/1});
+  step(p, region->factory(), true, 0);  // profile
+  ASSERT_EQ(region->status().stage, BudgetRegion::Stage::kPlanned);
+  const Step changed = step(p, region->factory(), true, 1);
+  EXPECT_EQ(maxAbsDiff(changed.grads, step(p, {}, false, 1).grads), 0.0);
+  EXPECT_EQ(region->status().stage, BudgetRegion::Stage::kProfiling);
+  EXPECT_EQ(region->status().replans, 1);
+  step(p, region->factory(), true, 1);  // profiles the new sequence
+  ASSERT_EQ(region->status().stage, BudgetRegion::Stage::kPlanned);
+  const Step again = step(p, region->factory(), true, 2);  // differs again: no replans left
+  EXPECT_EQ(maxAbsDiff(again.grads, step(p, {}, false, 2).grads), 0.0);
+  EXPECT_EQ(region->status().stage, BudgetRegion::Stage::kFallback);
+  const Step fixed = step(p, region->factory(), true, 0);
+  EXPECT_EQ(maxAbsDiff(fixed.grads, step(p, {}, false, 0).grads), 0.0);
+  EXPECT_GT(fixed.stats.saved, 0);  // the selective rules keep the matmuls and softmax
+}
+
+TEST(BudgetPolicy, BadSpecsNameTheValueAndWhatIsAllowed) {
+  auto message = [](BudgetSpec spec) {
+    try {
+      validateBudgetSpec(spec);
+    } catch (const c10::Error& e) {
+      return std::string(e.what_without_backtrace());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(message({1.5, -1}).find("fraction 1.5 is outside [0, 1]"), std::string::npos);
+  EXPECT_NE(message({-0.5, -1}).find("fraction -0.5 is outside [0, 1]"), std::string::npos);
+  EXPECT_NE(message({-1, -7}).find("bytes -7 is negative"), std::string::npos);
+  EXPECT_NE(message({0.5, 100}).find("exactly one of"), std::string::npos);
+  EXPECT_NE(message({}).find("(got neither)"), std::string::npos);
+  EXPECT_NE(message({0.5, -1, 0}).find("profile_invocations 0"), std::string::npos);
+  EXPECT_EQ(message({0.5, -1}), "(no error)");
+  EXPECT_EQ(message({-1, 0}), "(no error)");
+}
+
+}  // namespace
+}  // namespace hpac
