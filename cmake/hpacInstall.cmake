@@ -32,11 +32,13 @@ endif()
 
 # hpac_public_usage(TARGET): what a user of TARGET needs, stated so that it also
 # holds in the installed tree: the source root as include directory (installed:
-# include/hpac) and torch (installed: the consumer's own find_package(Torch)).
+# include/hpac) and torch (installed: hpacConfig.cmake adds the consumer's own
+# TORCH_LIBRARIES from find_package(Torch) to hpac::hpac, which every other
+# exported target links).
 function(hpac_public_usage target)
   target_include_directories(${target} PUBLIC "$<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>"
                                               "$<INSTALL_INTERFACE:${HPAC_INSTALL_INCLUDEDIR}>")
-  target_link_libraries(${target} PUBLIC "$<BUILD_INTERFACE:${TORCH_LIBRARIES}>" "$<INSTALL_INTERFACE:torch>")
+  target_link_libraries(${target} PUBLIC "$<BUILD_INTERFACE:${TORCH_LIBRARIES}>")
 endfunction()
 
 # Headers: every .h of the named source folders, so that new files are installed without a list to keep.

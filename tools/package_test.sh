@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The packaged hpac, as users get it (tools/test.sh runs this after the torch 2.13 leg; it reuses that leg's
 # build/ for the C++ install):
-#  1. Python: pip wheel --no-build-isolation builds the wheel against .venv's torch (core only, pyproject.toml;
-#     build folder build/wheel, ccache where installed); a fresh virtual environment gets the pinned torch
-#     (tools/requirements.txt) and the wheel, and runs test/package/wheel_smoke.py there (isolated mode);
+#  1. Python: pip wheel --no-build-isolation builds the wheel against .venv's torch (core only, pyproject.toml) in
+#     build-wheel/ (beside build/, at its depth, so that ccache, where installed, serves the compiles build/ made);
+#     a fresh virtual environment gets the pinned torch (tools/requirements.txt) and the wheel, and runs
+#     test/package/wheel_smoke.py there (isolated mode);
 #  2. C++: cmake --install build/ into build/install, the installed CLIs' --version, and examples/cmake_consumer
 #     configured with find_package(Torch) + find_package(hpac) against that install, built and run (a checkpointed
 #     step under each policy with parity to off).
@@ -20,13 +21,17 @@ if command -v ccache >/dev/null 2>&1; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   wheel_launcher=(-C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
+# The built tree's configuration: the torch it was built against (the consumer must find the same: its CMake
+# prefix, torch.utils.cmake_prefix_path, is Torch_DIR's parent) and its generator.
+cached() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
 version=$(sed -n 's/^project(hpac VERSION \([0-9.]*\).*/\1/p' "$root/CMakeLists.txt")
 
 # --- 1. the wheel in a fresh virtual environment ------------------------------------------------------------------
 stage "building the wheel against $("$python" -c 'import torch; print("torch", torch.__version__)')"
 dist=$build/dist
 rm -rf "$dist"
-"$python" -m pip wheel -q --no-build-isolation --no-deps -w "$dist" -C build-dir="$build/wheel" \
+# The same generator as build/ (scikit-build-core would pick Ninja): identical compile lines, so ccache hits.
+CMAKE_GENERATOR=$(cached CMAKE_GENERATOR) "$python" -m pip wheel -q --no-build-isolation --no-deps -w "$dist" -C build-dir="$build-wheel" \
   "${wheel_launcher[@]}" "$root" >"$build/wheel.log" 2>&1 || {
   cat "$build/wheel.log" >&2
   exit 1
@@ -57,20 +62,21 @@ for tool in hpac-demo hpac-launch hpac-train; do
     *) echo "[hpac package] $tool --version printed '$line'; expected '$tool $version ...'" >&2; exit 1 ;;
   esac
   # Tools linking libhpac must run the installed one (RPATH $ORIGIN/../lib), not the build tree's.
-  if [ "$tool" != hpac-launch ] && [[ "$line" != *"libhpac $prefix/lib/libhpac.so,"* ]]; then
-    echo "[hpac package] installed $tool does not load $prefix/lib/libhpac.so: $line" >&2
-    exit 1
+  if [ "$tool" != hpac-launch ]; then
+    loaded=$(echo "$line" | sed -n 's/.*(libhpac \(.*\), built for torch.*/\1/p')
+    if [ -z "$loaded" ] || [ "$(realpath "$loaded")" != "$(realpath "$prefix/lib/libhpac.so")" ]; then
+      echo "[hpac package] installed $tool does not load $prefix/lib/libhpac.so: $line" >&2
+      exit 1
+    fi
   fi
 done
 test -f "$prefix/share/hpac/model_registry.yaml"
 
 consumer=$build/consumer
 stage "examples/cmake_consumer against the installed hpac"
-# The torch hpac was configured with (its cache), so that the consumer finds the same one.
-cached() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
 rm -rf "$consumer"
 cmake -S "$root/examples/cmake_consumer" -B "$consumer" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$prefix" -DTorch_DIR="$(cached Torch_DIR)" -Dc10_LIBRARY="$(cached c10_LIBRARY)" \
+  -DCMAKE_PREFIX_PATH="$prefix;$(dirname "$(cached Torch_DIR)")" -Dc10_LIBRARY="$(cached c10_LIBRARY)" \
   -DTORCH_LIBRARY="$(cached TORCH_LIBRARY)" "${launcher[@]}" >"$consumer.configure.log" 2>&1 || {
   cat "$consumer.configure.log" >&2
   exit 1
