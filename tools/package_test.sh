@@ -8,6 +8,7 @@
 #  2. C++: cmake --install build/ into build/install, the installed CLIs' --version, and examples/cmake_consumer
 #     configured with find_package(Torch) + find_package(hpac) against that install, built and run (a checkpointed
 #     step under each policy with parity to off).
+#     With HPAC_FOREIGN_BUILD (a tree built against another torch), find_package(hpac) beside that torch must fail.
 # Usage: tools/package_test.sh  (after tools/build.sh). HPAC_BUILD_DIR: the built tree (default build/).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -86,4 +87,17 @@ cmake --build "$consumer" -j "$jobs" >"$consumer.build.log" 2>&1 || {
   exit 1
 }
 "$consumer/hpac_consumer"
+# find_package(hpac) beside another torch release must stop, naming both (HPAC_FOREIGN_BUILD: a tree built against
+# another torch, e.g. tools/test.sh's build-torch1.13/; its cache names that torch's CMake config).
+if [ -n "${HPAC_FOREIGN_BUILD:-}" ]; then
+  foreign_torch=$(sed -n 's/^Torch_DIR:[A-Z]*=//p' "$HPAC_FOREIGN_BUILD/CMakeCache.txt")
+  stage "find_package(hpac) beside torch at $foreign_torch must be refused"
+  if cmake -S "$root/examples/cmake_consumer" -B "$consumer-foreign" -DCMAKE_PREFIX_PATH="$prefix" \
+       -DTorch_DIR="$foreign_torch" >"$consumer-foreign.log" 2>&1; then
+    echo "[hpac package] the consumer configured against $foreign_torch; hpacConfig.cmake should have refused it" >&2
+    exit 1
+  fi
+  tr -s ' \n' ' ' <"$consumer-foreign.log" | grep -o "was built for torch [0-9.]* but find_package(Torch) found torch [0-9.]*"
+  rm -rf "$consumer-foreign"
+fi
 stage "passed"

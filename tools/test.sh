@@ -42,7 +42,7 @@ run_leg "torch 1.13 (Debian)" "$debian_build" "$pip_build/plugin/libhpac.so" -E 
 
 # ---- packaging stage: pip wheel + fresh venv, cmake --install + find_package(hpac) consumer ------------------------
 echo "[hpac test] packaging stage ($(elapsed) so far)"
-HPAC_BUILD_DIR=$pip_build "$root/tools/package_test.sh"
+HPAC_BUILD_DIR=$pip_build HPAC_FOREIGN_BUILD=$debian_build "$root/tools/package_test.sh"
 echo "[hpac test] packaging stage passed"
 # ---- end of the packaging stage ------------------------------------------------------------------------------------
 
