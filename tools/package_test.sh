@@ -42,7 +42,8 @@ stage "built $(basename "$wheel"); installing it with $(grep -E '^torch==' "$roo
 venv=$build/wheel-venv
 rm -rf "$venv"
 "$python" -m venv "$venv"
-"$venv/bin/python" -m pip install -q "$wheel" "$(grep -E '^torch==' "$root/tools/requirements.txt")" \
+# --no-compile: no .pyc for torch's thousands of modules (a large part of the install time; Python compiles on use).
+"$venv/bin/python" -m pip install -q --no-compile "$wheel" "$(grep -E '^torch==' "$root/tools/requirements.txt")" \
   >"$build/wheel-venv.log" 2>&1 || {
   cat "$build/wheel-venv.log" >&2
   exit 1
