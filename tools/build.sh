@@ -20,11 +20,9 @@ case "$torch_kind" in
   pip)
     python=${HPAC_TORCH_PYTHON:-$root/.venv/bin/python}
     build=${HPAC_BUILD_DIR:-$root/build}
-    prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
-    lib=$("$python" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
-    # TorchConfig's find_library would take Debian's libc10.so first (see CMakeLists.txt): name the wheel's.
-    torch_args=(-DCMAKE_PREFIX_PATH="$prefix" -DHPAC_PYTHON="$python" -Dc10_LIBRARY="$lib/libc10.so"
-                -DTORCH_LIBRARY="$lib/libtorch.so")
+    # CMakeLists.txt asks that Python for its torch's CMake config and names the wheel's libc10/libtorch
+    # (TorchConfig's find_library would take Debian's libc10.so first).
+    torch_args=(-DHPAC_TORCH_PYTHON="$python" -DHPAC_PYTHON="$python")
     ;;
   debian)
     python=/usr/bin/python3

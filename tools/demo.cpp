@@ -6,6 +6,7 @@
 //   hpac-demo [--layers N] [--batch N] [--seq N] [--hidden N] [--heads N]
 //             [--experts N] [--top-k N] [--seed N]
 #include "tools/evidence.h"
+#include "tools/version.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -20,7 +21,7 @@ namespace {
 
 const char* kUsage =
     "usage: hpac-demo [--layers N] [--batch N] [--seq N] [--hidden N] [--heads N] [--experts N] "
-    "[--top-k N] [--seed N]";
+    "[--top-k N] [--seed N] [--version]";
 
 int64_t parsePositive(const std::string& flag, const std::string& value) {
   char* end = nullptr;
@@ -39,6 +40,10 @@ int main(int argc, char** argv) try {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
       std::cout << kUsage << "\n";
+      return 0;
+    }
+    if (flag == "--version") {
+      std::cout << hpac::versionLine("hpac-demo") << "\n";
       return 0;
     }
     TORCH_CHECK(opt.count(flag), "hpac-demo: unknown flag '", flag, "'\n", kUsage);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hpac set-up: installs what hpac needs, only what is missing. Idempotent: a
 # second run does nothing but check.
-#  1. Debian packages (as root, or with sudo): the toolchain, abseil, yaml-cpp,
+#  1. Debian packages (as root, or with sudo): the toolchain (with ccache: tools/build.sh
+#     uses it, and the packaging stage's wheel build then reuses build/'s compiles), abseil, yaml-cpp,
 #     GoogleTest, Google Benchmark, OpenBLAS, and Debian's torch 1.13.1
 #     (libtorch-dev, python3-torch), the compatibility leg.
 #  2. The virtual environment .venv (ignored by git) with the pinned packages of
@@ -14,7 +15,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 packages=(
-  cmake g++ make
+  cmake g++ make ccache
   libtorch-dev
   libabsl-dev
   libyaml-cpp-dev

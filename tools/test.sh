@@ -6,6 +6,8 @@
 #     tests and the LD_PRELOAD tests (no trainer, benchmarks or multi-rank tests);
 #  3. the core's GoogleTest suites again in an AddressSanitizer + UndefinedBehaviorSanitizer build (Debian's torch).
 # Each leg's Python tests also load the other leg's libhpac.so, which must be refused naming both versions.
+# Packaging stage (tools/package_test.sh, after the legs): the pip wheel built against torch 2.13 and smoke-tested in
+# a fresh venv; cmake --install of build/, the installed CLIs' --version, and examples/cmake_consumer built against it.
 # Fails if a leg ran no test. HPAC_SKIP_SANITIZER=1 skips stage 3.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,6 +39,12 @@ run_leg() {
 run_leg "torch 2.13 (pip)" "$pip_build" "$debian_build/plugin/libhpac.so"
 # Multi-rank tests run on the torch 2.13 leg only.
 run_leg "torch 1.13 (Debian)" "$debian_build" "$pip_build/plugin/libhpac.so" -E '^dist\.'
+
+# ---- packaging stage: pip wheel + fresh venv, cmake --install + find_package(hpac) consumer ------------------------
+echo "[hpac test] packaging stage ($(elapsed) so far)"
+HPAC_BUILD_DIR=$pip_build HPAC_FOREIGN_BUILD=$debian_build "$root/tools/package_test.sh"
+echo "[hpac test] packaging stage passed"
+# ---- end of the packaging stage ------------------------------------------------------------------------------------
 
 if [ "${HPAC_SKIP_SANITIZER:-0}" != 1 ]; then
   asan=${pip_build}-asan

@@ -11,6 +11,7 @@
 // on a dead peer: the process groups have timeouts of their own
 // (HPAC_DIST_TIMEOUT_S), and the launcher bounds the rest.
 #include "tools/dist/launcher.h"
+#include "tools/version.h"
 
 #include <cstdlib>
 #include <iostream>
@@ -20,7 +21,8 @@
 namespace {
 
 const char* kUsage =
-    "usage: hpac-launch --nproc N [--master-addr ADDR] [--master-port PORT] [--grace-s S] -- command [args...]";
+    "usage: hpac-launch --nproc N [--master-addr ADDR] [--master-port PORT] [--grace-s S] -- command [args...]\n"
+    "       hpac-launch --version";
 
 [[noreturn]] void usageError(const std::string& what) {
   std::cerr << "hpac-launch: " << what << "\n" << kUsage << "\n";
@@ -51,6 +53,10 @@ int main(int argc, char** argv) {
     }
     if (a == "--help" || a == "-h") {
       std::cout << kUsage << "\n";
+      return 0;
+    }
+    if (a == "--version") {
+      std::cout << hpac::versionLine("hpac-launch") << "\n";
       return 0;
     }
     if (i + 1 >= argc) usageError(a + " needs a value");

@@ -18,6 +18,7 @@
 #include "tools/trainer/parallel.h"
 #include "tools/trainer/registry.h"
 #include "tools/trainer/trainer.h"
+#include "tools/version.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -36,13 +37,14 @@ namespace {
 
 const char* kUsage =
     "usage: hpac-train --config FILE [--mode off|full|selective] [--compare] [--steps N] [--registry FILE] "
-    "[--nproc N]\n"
+    "[--nproc N] [--version]\n"
     "  --config    trainer YAML (e.g. examples/training_demo/train.yaml)\n"
     "  --mode      override activation_checkpoint.mode\n"
     "  --compare   train off, full and selective from the same seed and print the comparison table\n"
     "  --steps     override train.steps\n"
     "  --registry  model registry YAML (default: the one shipped with hpac)\n"
-    "  --nproc     start N local ranks (must equal the config's parallel tp x dp)";
+    "  --nproc     start N local ranks (must equal the config's parallel tp x dp)\n"
+    "  --version   print hpac's version, the libhpac loaded and the torch it was built for";
 
 // Tolerance for a comparison that is not bit for bit (fp32 CPU).
 constexpr double kTolerance = 1e-5;
@@ -100,6 +102,9 @@ int main(int argc, char** argv) try {
     }
     if (flag == "--help" || flag == "-h") {
       std::cout << kUsage << "\n";
+      return 0;
+    } else if (flag == "--version") {
+      std::cout << hpac::versionLine("hpac-train") << "\n";
       return 0;
     } else if (flag == "--compare") {
       compare = true;

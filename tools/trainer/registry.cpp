@@ -161,6 +161,8 @@ std::string defaultRegistryPath() {
     dir = dir.substr(0, dir.find_last_of('/'));
     const std::string beside = dir + "/model_registry.yaml";
     if (readable(beside)) return beside;
+    const std::string installed = dir + "/../share/hpac/model_registry.yaml";  // cmake --install's layout
+    if (readable(installed)) return installed;
   }
   return HPAC_TRAINER_SOURCE_REGISTRY;
 }

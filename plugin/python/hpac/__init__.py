@@ -1,6 +1,6 @@
 """hpac from Python: selective activation checkpointing run by libhpac.so's dispatcher fallback.
 
-    import hpac                                    # loads libhpac.so ($HPAC_LIBRARY or the repo's build/)
+    import hpac                                    # loads libhpac.so ($HPAC_LIBRARY, the package's, or the repo's build/)
     y = hpac.checkpoint(block, x, policy="selective")              # torch 1.13+: hpac's own non-reentrant checkpoint
     y = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False,
                                           context_fn=hpac.context_fn("selective"))   # torch >= 2.1
@@ -18,13 +18,15 @@ import threading
 import torch
 
 __all__ = [
-    "load", "built_for_torch", "version", "dispatch_key", "fallback_status", "global_stats", "reset_global_stats",
+    "__version__", "load", "built_for_torch", "version", "dispatch_key", "fallback_status", "global_stats", "reset_global_stats",
     "Invocation", "context_fn", "checkpoint", "checkpoint_with", "checkpoint_wrapper", "unwrap_checkpoint",
     "track_memory", "memory_stats", "reset_peak_memory",
 ]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _REPO = os.path.normpath(os.path.join(_HERE, "..", "..", ".."))
+# Where pip install puts the library (pyproject.toml, tools/cmake/hpacInstall.cmake).
+_PACKAGED = os.path.join(_HERE, "lib", "libhpac.so")
 _load_lock = threading.Lock()
 
 
@@ -67,8 +69,11 @@ def _check_same_torch(path):
 
 
 def _default_library():
-    """The repository's build of libhpac.so for the running torch: build/ (tools/build.sh's default, pip torch) or
-    build-torch<major>.<minor>/ (tools/build.sh --torch debian), whichever was built for this torch."""
+    """The package's own libhpac.so when hpac was installed with pip (hpac/lib/libhpac.so); otherwise, in a
+    development checkout, the repository's build for the running torch: build/ (tools/build.sh's default, pip torch)
+    or build-torch<major>.<minor>/ (tools/build.sh --torch debian), whichever was built for this torch."""
+    if os.path.exists(_PACKAGED):
+        return _PACKAGED
     major, minor = _major_minor(torch.__version__)
     candidates = [os.path.join(_REPO, folder, "plugin", "libhpac.so")
                   for folder in ("build", f"build-torch{major}.{minor}")]
@@ -84,8 +89,8 @@ def load(path=None):
     """Makes torch.ops.hpac / torch.classes.hpac available and returns the path of the library serving them.
 
     Nothing is loaded when they are already there (LD_PRELOAD, or an earlier load). Otherwise the library is
-    `path`, else $HPAC_LIBRARY, else the repository's build for this torch (build/plugin/libhpac.so or
-    build-torch<version>/plugin/libhpac.so). A library built for another torch release is refused with a
+    `path`, else $HPAC_LIBRARY, else the package's (hpac/lib/libhpac.so, after pip install), else the repository's
+    build for this torch (build/plugin/libhpac.so or build-torch<version>/plugin/libhpac.so). A library built for another torch release is refused with a
     RuntimeError naming both versions, before it is loaded (also when `path` is given while hpac is loaded).
     """
     with _load_lock:
@@ -95,8 +100,8 @@ def load(path=None):
             candidate = path or os.environ.get("HPAC_LIBRARY") or _default_library()
             if not os.path.exists(candidate):
                 raise RuntimeError(
-                    f"hpac: libhpac.so not found at '{candidate}'; build it (tools/build.sh) or set HPAC_LIBRARY "
-                    "to its path")
+                    f"hpac: libhpac.so not found at '{candidate}'; install the package (pip install "
+                    "--no-build-isolation .), build it (tools/build.sh), or set HPAC_LIBRARY to its path")
             _check_same_torch(candidate)
             torch.ops.load_library(candidate)
             if not _ops_present():
@@ -360,3 +365,5 @@ def unwrap_checkpoint(module):
 
 
 load()
+# The version of the libhpac serving torch.ops.hpac (CMakeLists.txt's project version; the wheel's too).
+__version__ = version()

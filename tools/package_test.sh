@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The packaged hpac, as users get it (tools/test.sh runs this after the torch 2.13 leg; it reuses that leg's
+# build/ for the C++ install):
+#  1. Python: pip wheel --no-build-isolation builds the wheel against .venv's torch (core only, pyproject.toml) in
+#     build-wheel/ (beside build/, at its depth, so that ccache, where installed, serves the compiles build/ made);
+#     a fresh virtual environment gets the pinned torch (tools/requirements.txt) and the wheel, and runs
+#     test/package/wheel_smoke.py there (isolated mode);
+#  2. C++: cmake --install build/ into build/install, the installed CLIs' --version, and examples/cmake_consumer
+#     configured with find_package(Torch) + find_package(hpac) against that install, built and run (a checkpointed
+#     step under each policy with parity to off).
+#     With HPAC_FOREIGN_BUILD (a tree built against another torch), find_package(hpac) beside that torch must fail.
+# Usage: tools/package_test.sh  (after tools/build.sh). HPAC_BUILD_DIR: the built tree (default build/).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${HPAC_BUILD_DIR:-$root/build}
+python=$root/.venv/bin/python
+jobs=${HPAC_JOBS:-$(nproc)}
+start=$(date +%s)
+stage() { echo "[hpac package] $1 ($(( $(date +%s) - start )) s so far)"; }
+launcher=() wheel_launcher=()
+if command -v ccache >/dev/null 2>&1; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  wheel_launcher=(-C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+# The built tree's configuration: the torch it was built against (the consumer must find the same: its CMake
+# prefix, torch.utils.cmake_prefix_path, is Torch_DIR's parent) and its generator.
+cached() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
+version=$(sed -n 's/^project(hpac VERSION \([0-9.]*\).*/\1/p' "$root/CMakeLists.txt")
+
+# --- 1. the wheel in a fresh virtual environment ------------------------------------------------------------------
+stage "building the wheel against $("$python" -c 'import torch; print("torch", torch.__version__)')"
+dist=$build/dist
+rm -rf "$dist"
+# The same generator as build/ (scikit-build-core would pick Ninja): identical compile lines, so ccache hits.
+CMAKE_GENERATOR=$(cached CMAKE_GENERATOR) "$python" -m pip wheel -q --no-build-isolation --no-deps -w "$dist" -C build-dir="$build-wheel" \
+  "${wheel_launcher[@]}" "$root" >"$build/wheel.log" 2>&1 || {
+  cat "$build/wheel.log" >&2
+  exit 1
+}
+wheel=$(ls "$dist"/hpac-"$version"-*.whl)
+stage "built $(basename "$wheel"); installing it with $(grep -E '^torch==' "$root/tools/requirements.txt") into a fresh venv"
+venv=$build/wheel-venv
+rm -rf "$venv"
+"$python" -m venv "$venv"
+# --no-compile: no .pyc for torch's thousands of modules (a large part of the install time; Python compiles on use).
+"$venv/bin/python" -m pip install -q --no-compile "$wheel" "$(grep -E '^torch==' "$root/tools/requirements.txt")" \
+  >"$build/wheel-venv.log" 2>&1 || {
+  cat "$build/wheel-venv.log" >&2
+  exit 1
+}
+stage "smoke test of the installed wheel"
+(cd "$venv" && env -u HPAC_LIBRARY "$venv/bin/python" -I "$root/test/package/wheel_smoke.py")
+
+# --- 2. cmake --install and a consumer project --------------------------------------------------------------------
+prefix=$build/install
+stage "cmake --install $build into $prefix"
+rm -rf "$prefix"
+cmake --install "$build" --prefix "$prefix" >"$build/install.log"
+for tool in hpac-demo hpac-launch hpac-train; do
+  line=$("$prefix/bin/$tool" --version)
+  echo "$line"
+  case "$line" in
+    "$tool $version"*) ;;
+    *) echo "[hpac package] $tool --version printed '$line'; expected '$tool $version ...'" >&2; exit 1 ;;
+  esac
+  # Tools linking libhpac must run the installed one (RPATH $ORIGIN/../lib), not the build tree's.
+  if [ "$tool" != hpac-launch ]; then
+    loaded=$(echo "$line" | sed -n 's/.*(libhpac \(.*\), built for torch.*/\1/p')
+    if [ -z "$loaded" ] || [ "$(realpath "$loaded")" != "$(realpath "$prefix/lib/libhpac.so")" ]; then
+      echo "[hpac package] installed $tool does not load $prefix/lib/libhpac.so: $line" >&2
+      exit 1
+    fi
+  fi
+done
+test -f "$prefix/share/hpac/model_registry.yaml"
+
+consumer=$build/consumer
+stage "examples/cmake_consumer against the installed hpac"
+rm -rf "$consumer"
+cmake -S "$root/examples/cmake_consumer" -B "$consumer" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$prefix;$(dirname "$(cached Torch_DIR)")" -Dc10_LIBRARY="$(cached c10_LIBRARY)" \
+  -DTORCH_LIBRARY="$(cached TORCH_LIBRARY)" "${launcher[@]}" >"$consumer.configure.log" 2>&1 || {
+  cat "$consumer.configure.log" >&2
+  exit 1
+}
+cmake --build "$consumer" -j "$jobs" >"$consumer.build.log" 2>&1 || {
+  cat "$consumer.build.log" >&2
+  exit 1
+}
+"$consumer/hpac_consumer"
+# find_package(hpac) beside another torch release must stop, naming both (HPAC_FOREIGN_BUILD: a tree built against
+# another torch, e.g. tools/test.sh's build-torch1.13/; its cache names that torch's CMake config).
+if [ -n "${HPAC_FOREIGN_BUILD:-}" ]; then
+  foreign_torch=$(sed -n 's/^Torch_DIR:[A-Z]*=//p' "$HPAC_FOREIGN_BUILD/CMakeCache.txt")
+  stage "find_package(hpac) beside torch at $foreign_torch must be refused"
+  if cmake -S "$root/examples/cmake_consumer" -B "$consumer-foreign" -DCMAKE_PREFIX_PATH="$prefix" \
+       -DTorch_DIR="$foreign_torch" >"$consumer-foreign.log" 2>&1; then
+    echo "[hpac package] the consumer configured against $foreign_torch; hpacConfig.cmake should have refused it" >&2
+    exit 1
+  fi
+  tr -s ' \n' ' ' <"$consumer-foreign.log" | grep -o "was built for torch [0-9.]* but find_package(Torch) found torch [0-9.]*"
+  rm -rf "$consumer-foreign"
+fi
+stage "passed"

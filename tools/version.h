@@ -1,0 +1,25 @@
+// hpac/tools/version.h
+//
+// The line hpac's command-line tools print for --version. Tools that link
+// libhpac report the loaded library's version and the torch it was built for
+// (what actually runs); hpac-launch, which has no torch, the version it was
+// compiled with.
+#pragma once
+
+#ifdef HPAC_TORCH_VERSION
+#include "plugin/fallback.h"
+#endif
+
+#include <string>
+
+namespace hpac {
+
+inline std::string versionLine(const std::string& tool) {
+#ifdef HPAC_TORCH_VERSION
+  return tool + " " + version() + " (libhpac " + libraryPath() + ", built for torch " + builtForTorch() + ")";
+#else
+  return tool + " " + HPAC_VERSION;
+#endif
+}
+
+}  // namespace hpac
