@@ -128,6 +128,15 @@ TEST(OpTables, EntrySyntax) {
   EXPECT_TRUE(resolveEntry("aten::no_such_op").empty());
   EXPECT_THROW(resolveEntry("mm"), c10::Error);
   EXPECT_THROW(resolveEntry("aten::mm."), c10::Error);
+  // Found by fuzz/op_name_fuzzer.cpp: a NUL cut the message short; such entries are refused, shown escaped.
+  try {
+    resolveEntry(std::string("aten::m\0m", 9));
+    ADD_FAILURE() << "an entry holding a NUL was accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("'aten::m\\x00m' holds a byte that is not printable ASCII"),
+              std::string::npos)
+        << e.what_without_backtrace();
+  }
 }
 
 TEST(OpTables, Classification) {

@@ -2,8 +2,9 @@
 # hpac set-up: installs what hpac needs, only what is missing. Idempotent: a
 # second run does nothing but check.
 #  1. Debian packages (as root, or with sudo): the toolchain, abseil, yaml-cpp,
-#     GoogleTest, Google Benchmark, OpenBLAS, and Debian's torch 1.13.1
-#     (libtorch-dev, python3-torch), the compatibility leg.
+#     GoogleTest, Google Benchmark, OpenBLAS, Debian's torch 1.13.1
+#     (libtorch-dev, python3-torch), the compatibility leg, and clang-14 with
+#     libFuzzer (tools/fuzz.sh).
 #  2. The virtual environment .venv (ignored by git) with the pinned packages of
 #     tools/requirements.txt: torch 2.13.0, the default torch of every build.
 #
@@ -23,6 +24,7 @@ packages=(
   libbenchmark-dev
   libopenblas0-pthread
   python3-torch python3-pytest python3-venv
+  clang-14 libfuzzer-14-dev
 )
 
 missing=()
