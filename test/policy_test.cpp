@@ -96,8 +96,13 @@ TEST(OpTables, OptionalEntriesOfThisTorchResolve) {
   }
   std::cout << "\n";
   for (const std::string& name : optionalEntriesThisTorchHas()) {
-    EXPECT_FALSE(resolveEntry(name).empty()) << name << " is expected on torch " << HPAC_TORCH_VERSION;
+    const auto handles = resolveEntry(name);
+    EXPECT_FALSE(handles.empty()) << name << " is expected on torch " << HPAC_TORCH_VERSION;
     EXPECT_EQ(std::count(tables.missingOptional().begin(), tables.missingOptional().end(), name), 0) << name;
+    // The tables themselves must hold it: a misspelled table entry resolves nothing and leaves the op unclassified.
+    for (const auto& h : handles) {
+      EXPECT_NE(tables.classify(h), OpCategory::kOther) << name << " exists on this torch but no table entry covers it";
+    }
   }
 }
 
