@@ -40,5 +40,10 @@ echo "[hpac bench] 5/5 hpac vs PyTorch's own SAC (same policy), eager and SDPA a
 HPAC_LIBRARY="$build/plugin/libhpac.so" PYTHONPATH="$root/plugin/python" \
   "$python" "$root/bench/sac_peer.py" --out "$out/sac_peer.json"
 
+echo "[hpac bench] multi-rank comparisons of docs/distributed.md (hpac-train --compare --nproc N)"
+"$python" "$root/bench/distributed.py" --build "$build" --out "$out/distributed.json"
+
 "$python" "$root/bench/plot_results.py" "$out/step.json" "$root/docs/results_step.svg" --layers 4
-echo "[hpac bench] results in $out; plot in docs/results_step.svg"
+# Every generated region of the documents from the new JSON (tables and the sentences that quote figures).
+"$python" "$root/bench/report_results.py" --results "$out" --write "$root"/docs/*.md
+echo "[hpac bench] results in $out; plot in docs/results_step.svg; docs/*.md regenerated"

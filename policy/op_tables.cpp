@@ -105,7 +105,27 @@ struct ParsedEntry {
   bool every_overload;
 };
 
+// The entry as a message shows it: printable ASCII as is, any other byte as \xNN.
+std::string printable(const std::string& entry) {
+  std::string out;
+  for (const unsigned char c : entry) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      static const char kHex[] = "0123456789abcdef";
+      out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+    }
+  }
+  return out;
+}
+
 ParsedEntry parseEntry(const std::string& entry) {
+  // Found by fuzzing (test/fuzz/op_name_fuzzer.cpp): a NUL inside an entry cut the
+  // refusal's message short, so it no longer named the entry.
+  TORCH_CHECK(std::all_of(entry.begin(), entry.end(), [](unsigned char c) { return c >= 0x20 && c < 0x7f; }),
+              "hpac: op table entry '", printable(entry),
+              "' holds a byte that is not printable ASCII (shown as \\xNN); entries are 'namespace::op' or "
+              "'namespace::op.overload' (for example 'aten::mm' or 'aten::max.dim')");
   const auto sep = entry.find("::");
   TORCH_CHECK(sep != std::string::npos && sep > 0 && sep + 2 < entry.size(),
               "hpac: op table entry '", entry,

@@ -96,8 +96,13 @@ TEST(OpTables, OptionalEntriesOfThisTorchResolve) {
   }
   std::cout << "\n";
   for (const std::string& name : optionalEntriesThisTorchHas()) {
-    EXPECT_FALSE(resolveEntry(name).empty()) << name << " is expected on torch " << HPAC_TORCH_VERSION;
+    const auto handles = resolveEntry(name);
+    EXPECT_FALSE(handles.empty()) << name << " is expected on torch " << HPAC_TORCH_VERSION;
     EXPECT_EQ(std::count(tables.missingOptional().begin(), tables.missingOptional().end(), name), 0) << name;
+    // The tables themselves must hold it: a misspelled table entry resolves nothing and leaves the op unclassified.
+    for (const auto& h : handles) {
+      EXPECT_NE(tables.classify(h), OpCategory::kOther) << name << " exists on this torch but no table entry covers it";
+    }
   }
 }
 
@@ -128,6 +133,15 @@ TEST(OpTables, EntrySyntax) {
   EXPECT_TRUE(resolveEntry("aten::no_such_op").empty());
   EXPECT_THROW(resolveEntry("mm"), c10::Error);
   EXPECT_THROW(resolveEntry("aten::mm."), c10::Error);
+  // Found by test/fuzz/op_name_fuzzer.cpp: a NUL cut the message short; such entries are refused, shown escaped.
+  try {
+    resolveEntry(std::string("aten::m\0m", 9));
+    ADD_FAILURE() << "an entry holding a NUL was accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("'aten::m\\x00m' holds a byte that is not printable ASCII"),
+              std::string::npos)
+        << e.what_without_backtrace();
+  }
 }
 
 TEST(OpTables, Classification) {

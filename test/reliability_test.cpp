@@ -6,6 +6,7 @@
 #include "replay/checkpoint.h"
 #include "replay/dispatch_key.h"
 #include "replay/region.h"
+#include "test/parity.h"
 #include "tools/evidence.h"
 #include "tools/moe_block.h"
 #include "replay/tracking_allocator.h"
@@ -63,7 +64,7 @@ TEST(Faults, ExceptionInTheForwardLeavesNoResidue) {
   EXPECT_EQ(fallbackEntriesOnThisThread(), entries);
   EXPECT_GT(entries, entries_before);
   const StepReport next = runStep(b, x, Mode::kSelective, 5);
-  EXPECT_EQ(maxAbsDiff(next.grads, ref.grads), 0.0);
+  EXPECT_TRUE(Matches(next.grads, ref.grads));
 }
 
 TEST(Faults, OutOfMemoryDuringTheRecomputeReachesTheCallerOfBackward) {
@@ -100,7 +101,7 @@ TEST(Faults, OutOfMemoryDuringTheRecomputeReachesTheCallerOfBackward) {
     // this thread's ready queue until the next backward drains them (libtorch
     // behaviour), so residue is measured after the next step.
     const StepReport next = runStep(b, x, Mode::kSelective, 6);
-    EXPECT_EQ(maxAbsDiff(next.grads, ref.grads), 0.0) << toString(mode);
+    EXPECT_TRUE(Matches(next.grads, ref.grads)) << toString(mode);
     if (mode == Mode::kOff) {
       after_step = tracker.currentBytes();
       continue;
@@ -177,8 +178,8 @@ TEST(Random, DropoutReplaysEvenWhenTheGlobalRngMovesBeforeBackward) {
     return g;
   };
   const auto off = step(Mode::kOff);
-  EXPECT_EQ(maxAbsDiff(step(Mode::kFull), off), 0.0);
-  EXPECT_EQ(maxAbsDiff(step(Mode::kSelective), off), 0.0);
+  EXPECT_TRUE(Matches(step(Mode::kFull), off));
+  EXPECT_TRUE(Matches(step(Mode::kSelective), off));
 }
 
 // A policy whose matmul counter is shared by forward and recompute: the bug
@@ -229,7 +230,7 @@ TEST(Policy, ASharedAlternationCounterCannotMakeTheRecomputeDisagree) {
   CheckpointOptions per_phase;
   per_phase.policy = selectivePolicy();
   const auto got = torch::autograd::grad({checkpoint(fn, x, per_phase).sum()}, {x, w1, w2, w3});
-  EXPECT_EQ(maxAbsDiff(got, want), 0.0);
+  EXPECT_TRUE(Matches(got, want));
 }
 
 TEST(Threads, IndependentModelsTrainConcurrently) {

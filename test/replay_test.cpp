@@ -9,6 +9,7 @@
 #include "replay/region.h"
 
 #include "replay/torch_compat.h"
+#include "test/parity.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -160,8 +161,8 @@ TEST_F(ReplayTest, ServedKernelsDoNotRunAndOutputsMatch) {
     r2 = callCountedMm(r1, c);
   }
   EXPECT_EQ(counted_mm_calls, 2) << "a served op ran its kernel";
-  EXPECT_TRUE(at::equal(r1, f1));
-  EXPECT_TRUE(at::equal(r2, f2));
+  EXPECT_TRUE(Matches({r1}, {f1}));
+  EXPECT_TRUE(Matches({r2}, {f2}));
   EXPECT_NE(r1.unsafeGetTensorImpl(), f1.unsafeGetTensorImpl());  // a fresh alias, not the original
   EXPECT_EQ(inv.storedEntries(), 0u);
   EXPECT_EQ(inv.storedBytes(), 0);
@@ -333,7 +334,7 @@ TEST_F(ReplayTest, MutatedCacheIsAnErrorUnlessAllowed) {
       RegionGuard region(inv, Phase::kRecompute);
       served = callCountedMm(a, a);
     }
-    EXPECT_TRUE(at::equal(served, original));
+    EXPECT_TRUE(Matches({served}, {original}));
     EXPECT_EQ(counted_mm_calls, 1);  // still served, not recomputed
   }
   {  // a write after the region, which hpac does not see: refused at serve time
@@ -363,7 +364,7 @@ TEST_F(ReplayTest, MutatedCacheIsAnErrorUnlessAllowed) {
       RegionGuard region(inv, Phase::kRecompute);
       served = callCountedMm(a, a);
     }
-    EXPECT_TRUE(at::equal(served, original));  // the clone taken at save time
+    EXPECT_TRUE(Matches({served}, {original}));  // the clone taken at save time
   }
 }
 
@@ -382,7 +383,7 @@ TEST_F(ReplayTest, InPlaceSavedOpGivesTheRecomputeItsContents) {
     RegionGuard region(inv, Phase::kRecompute);
     returned = rec.add_(other);  // kernel skipped: the forward's result is written into rec
   }
-  EXPECT_TRUE(at::equal(rec, fwd));
+  EXPECT_TRUE(Matches({rec}, {fwd}));
   EXPECT_EQ(returned.unsafeGetTensorImpl(), rec.unsafeGetTensorImpl());
   EXPECT_EQ(inv.stats().served, 1);
 }
@@ -466,7 +467,7 @@ TEST(Replay, WritesInsideTheRegionThroughUnsafeViewsCopyOnWrite) {
     rec = fn();
   }
   EXPECT_EQ(inv.stats().served, 1);
-  EXPECT_TRUE(at::equal(fwd, rec));  // served the mm output as produced, then add_ again: the same result
+  EXPECT_TRUE(Matches({fwd}, {rec}));  // served the mm output as produced, then add_ again: the same result
 }
 
 TEST(Replay, WritesAfterTheRegionThroughUnsafeViewsAreCaught) {
@@ -501,7 +502,7 @@ TEST(Replay, UnsafeViewsWithoutWritesServeNormally) {
     rec = at::matmul(x.transpose(0, 1), w).tanh();
   }
   EXPECT_EQ(inv.stats().served, 1);
-  EXPECT_TRUE(at::equal(fwd, rec));
+  EXPECT_TRUE(Matches({fwd}, {rec}));
 }
 
 }  // namespace

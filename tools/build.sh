@@ -6,7 +6,8 @@
 #   --torch debian  Debian's libtorch 1.13.1 (the compatibility leg); into
 #                   build-torch1.13/
 # Another torch: HPAC_TORCH_PYTHON=<python whose torch to use> with --torch pip.
-# HPAC_BUILD_DIR overrides the build folder, HPAC_JOBS the parallel jobs.
+# HPAC_BUILD_DIR overrides the build folder, HPAC_JOBS the parallel jobs,
+# HPAC_BUILD_TARGETS (space-separated) builds only those targets.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 torch_kind=pip
@@ -45,5 +46,7 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release "${torch_args[@]}" "$@" 
 }
 echo "[hpac build] building with $jobs jobs"
 start=$(date +%s)
-cmake --build "$build" -j "$jobs"
+targets=()
+for t in ${HPAC_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$build" -j "$jobs" "${targets[@]}"
 echo "[hpac build] done in $(( $(date +%s) - start )) s"

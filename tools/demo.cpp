@@ -73,11 +73,18 @@ int main(int argc, char** argv) try {
   std::cout << "ops fwd/recomp: ops hpac counted in forward / in the backward-time recompute; saved: op outputs kept;\n"
                "served: ops answered from that storage in recompute (kernel skipped); recomputed: kernels run again;\n"
                "kept fwd: tensor bytes alive after forward beyond the input; max |dgrad|: vs. off.\n";
-  const bool ok = hpac::maxAbsDiff(full.grads, off.grads) == 0 && hpac::maxAbsDiff(selective.grads, off.grads) == 0 &&
-                  full.kept_after_forward < selective.kept_after_forward &&
+  const hpac::TensorDiff full_diff = hpac::compareTensors(full.grads, off.grads, off.grad_names);
+  const hpac::TensorDiff selective_diff = hpac::compareTensors(selective.grads, off.grads, off.grad_names);
+  const bool ok = full_diff.within(0) && selective_diff.within(0) && hpac::scalarDiff(full.loss, off.loss) == 0 &&
+                  hpac::scalarDiff(selective.loss, off.loss) == 0 && full.kept_after_forward < selective.kept_after_forward &&
                   selective.kept_after_forward < off.kept_after_forward && selective.stats.served > 0;
   std::cout << (ok ? "OK: gradients identical to off; kept memory full < selective < off; backward recomputed\n"
                    : "MISMATCH: see the table above\n");
+  if (!ok) {
+    std::cout << "full vs off: loss " << full.loss << " vs " << off.loss << ", gradients " << full_diff.describe()
+              << "\nselective vs off: loss " << selective.loss << " vs " << off.loss << ", gradients "
+              << selective_diff.describe() << "\n";
+  }
   return ok ? 0 : 1;
 } catch (const std::exception& e) {
   std::cerr << e.what() << "\n";

@@ -67,28 +67,99 @@ StepReport runStep(const std::vector<MoeBlock>& blocks, const at::Tensor& input,
   // Copies: later backward passes accumulate into the parameters' .grad in place.
   auto copy = [](const at::Tensor& g) { return g.defined() ? g.clone() : g; };
   report.grads.push_back(copy(x.grad()));
-  for (const MoeBlock& b : blocks) {
-    for (const at::Tensor& p : b.parameters()) report.grads.push_back(copy(p.grad()));
+  report.grad_names.push_back("input");
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    size_t i = 0;
+    for (const at::Tensor& p : blocks[b].parameters()) {
+      report.grads.push_back(copy(p.grad()));
+      report.grad_names.push_back("block " + std::to_string(b) + " parameter " + std::to_string(i++));
+    }
   }
   return report;
 }
 
-double maxAbsDiff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
-  double worst = 0;
+namespace {
+
+std::string formatIndex(const at::Tensor& t, int64_t flat) {
+  std::string out = "[";
+  std::vector<int64_t> index(t.dim());
+  for (int64_t d = t.dim() - 1; d >= 0; --d) {
+    index[d] = flat % t.size(d);
+    flat /= t.size(d);
+  }
+  for (size_t d = 0; d < index.size(); ++d) out += (d ? ", " : "") + std::to_string(index[d]);
+  return out + "]";
+}
+
+std::string valueAt(const at::Tensor& t, int64_t flat) {
+  std::ostringstream out;
+  out << t.reshape(-1)[flat].item<double>();
+  return out.str();
+}
+
+}  // namespace
+
+std::string TensorDiff::describe() const {
+  std::ostringstream out;
+  out << "max |diff| " << max_abs;
+  if (!where.empty()) out << " at " << where;
+  return out.str();
+}
+
+TensorDiff compareTensors(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b,
+                          const std::vector<std::string>& names) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  TensorDiff diff;
+  if (a.size() != b.size()) {
+    diff.max_abs = kInf;
+    diff.where = "the lists hold " + std::to_string(a.size()) + " and " + std::to_string(b.size()) + " tensors";
+    return diff;
+  }
   for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].defined() != b[i].defined()) return std::numeric_limits<double>::infinity();
+    const std::string name = i < names.size() && names.size() == a.size() ? names[i] : "tensor " + std::to_string(i);
+    if (a[i].defined() != b[i].defined()) {
+      diff.max_abs = kInf;
+      diff.where = name + ": defined on one side only";
+      return diff;
+    }
     if (!a[i].defined()) continue;
-    if (a[i].sizes() != b[i].sizes()) return std::numeric_limits<double>::infinity();
-    // NaN and Inf are never "equal": max() over a NaN difference would keep the
-    // previous worst (std::max(worst, NaN) == worst) and print a false "OK".
-    if (!at::isfinite(a[i]).all().item<bool>() || !at::isfinite(b[i]).all().item<bool>()) {
-      return std::numeric_limits<double>::infinity();
+    if (a[i].sizes() != b[i].sizes()) {
+      std::ostringstream out;
+      out << name << ": shapes " << a[i].sizes() << " vs " << b[i].sizes();
+      diff.max_abs = kInf;
+      diff.where = out.str();
+      return diff;
     }
     if (a[i].numel() == 0) continue;
-    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+    // Compared in double: a bfloat16 or float difference is exact there.
+    const at::Tensor x = a[i].detach().to(at::kDouble).reshape(-1), y = b[i].detach().to(at::kDouble).reshape(-1);
+    // NaN and Inf are never "equal": a max() over a NaN difference would keep
+    // the previous worst (std::max(worst, NaN) == worst) and print a false "OK".
+    const at::Tensor bad = at::logical_not(at::isfinite(x)).logical_or_(at::logical_not(at::isfinite(y)));
+    if (bad.any().item<bool>()) {
+      const int64_t first = bad.nonzero()[0][0].item<int64_t>();
+      diff.max_abs = kInf;
+      diff.where = name + formatIndex(a[i], first) + ": " + valueAt(x, first) + " vs " + valueAt(y, first) + " (not finite)";
+      return diff;
+    }
+    const at::Tensor d = (x - y).abs();
+    const int64_t worst_at = d.argmax().item<int64_t>();
+    const double worst = d[worst_at].item<double>();
+    if (worst > diff.max_abs) {
+      diff.max_abs = worst;
+      diff.where = name + formatIndex(a[i], worst_at) + ": " + valueAt(x, worst_at) + " vs " + valueAt(y, worst_at);
+    }
   }
-  return worst;
+  return diff;
+}
+
+double maxAbsDiff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  return compareTensors(a, b).max_abs;
+}
+
+double scalarDiff(double a, double b) {
+  if (!std::isfinite(a) || !std::isfinite(b)) return std::numeric_limits<double>::infinity();
+  return std::abs(a - b);
 }
 
 std::string formatEvidenceTable(const std::vector<StepReport>& reports, const StepReport& baseline) {

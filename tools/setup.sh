@@ -3,8 +3,8 @@
 # second run does nothing but check.
 #  1. Debian packages (as root, or with sudo): the toolchain (with ccache: tools/build.sh
 #     uses it, and the packaging stage's wheel build then reuses build/'s compiles), abseil, yaml-cpp,
-#     GoogleTest, Google Benchmark, OpenBLAS, and Debian's torch 1.13.1
-#     (libtorch-dev, python3-torch), the compatibility leg.
+#     GoogleTest, Google Benchmark, OpenBLAS, Debian's torch 1.13.1 (libtorch-dev, python3-torch),
+#     the compatibility leg, and clang-14 with libFuzzer (tools/fuzz.sh).
 #  2. The virtual environment .venv (ignored by git) with the pinned packages of
 #     tools/requirements.txt: torch 2.13.0, the default torch of every build.
 #
@@ -24,6 +24,7 @@ packages=(
   libbenchmark-dev
   libopenblas0-pthread
   python3-torch python3-pytest python3-venv
+  clang-14 libfuzzer-14-dev
 )
 
 missing=()

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Every test (CI runs exactly this). Set up, then two torch legs and a sanitizer stage:
+# Every test (CI runs exactly this). Set up, then two torch legs, packaging, fuzzing and a sanitizer stage:
 #  1. torch 2.13 (pip, .venv; build/): everything built, every CTest entry run (GoogleTest suites, trainer,
 #     distributed, Python tests including context_fn and PyTorch's own SAC as the peer, demo checks);
 #  2. torch 1.13.1 (Debian; build-torch1.13/): the compatibility leg, the core's GoogleTest suites, the Python
 #     tests and the LD_PRELOAD tests (no trainer, benchmarks or multi-rank tests);
-#  3. the core's GoogleTest suites again in an AddressSanitizer + UndefinedBehaviorSanitizer build (Debian's torch).
+#  P. packaging (tools/package_test.sh): the pip wheel built against torch 2.13 and smoke-tested in a fresh venv;
+#     cmake --install of build/, the installed CLIs' --version, and examples/cmake_consumer built against it;
+#  3. libFuzzer: the config, registry and op-name parsers, ~30 s each from the checked-in corpus (tools/fuzz.sh);
+#  4. every GoogleTest suite (core, trainer, fuzz) again in an AddressSanitizer + UndefinedBehaviorSanitizer build
+#     (pip torch; build-asan/).
 # Each leg's Python tests also load the other leg's libhpac.so, which must be refused naming both versions.
-# Packaging stage (tools/package_test.sh, after the legs): the pip wheel built against torch 2.13 and smoke-tested in
-# a fresh venv; cmake --install of build/, the installed CLIs' --version, and examples/cmake_consumer built against it.
-# Fails if a leg ran no test. HPAC_SKIP_SANITIZER=1 skips stage 3.
+# Fails if a leg ran no test. HPAC_SKIP_FUZZ=1 skips stage 3, HPAC_SKIP_SANITIZER=1 stage 4.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=${HPAC_JOBS:-$(nproc)}
@@ -45,20 +47,23 @@ echo "[hpac test] packaging stage ($(elapsed) so far)"
 HPAC_BUILD_DIR=$pip_build HPAC_FOREIGN_BUILD=$debian_build "$root/tools/package_test.sh"
 echo "[hpac test] packaging stage passed"
 # ---- end of the packaging stage ------------------------------------------------------------------------------------
+# Coverage-guided fuzzing, short and seeded: each parser ~30 s from its checked-in corpus (tools/fuzz.sh).
+if [ "${HPAC_SKIP_FUZZ:-0}" != 1 ]; then
+  echo "[hpac test] libFuzzer stage ($(elapsed) so far)"
+  HPAC_BUILD_DIR=$pip_build "$root/tools/fuzz.sh" "${HPAC_FUZZ_SECONDS:-30}"
+fi
 
 if [ "${HPAC_SKIP_SANITIZER:-0}" != 1 ]; then
   asan=${pip_build}-asan
-  echo "[hpac test] sanitizer stage: ASan + UBSan build of the core and its tests in $asan ($(elapsed) so far)"
-  cmake -S "$root" -B "$asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHPAC_SANITIZE=ON -DHPAC_WITH_TRAINER=OFF \
-    -DHPAC_WITH_BENCH=OFF >"$asan.configure.log" 2>&1 || {
-    cat "$asan.configure.log" >&2
-    exit 1
-  }
-  cmake --build "$asan" -j "$jobs" --target hpac_tests
-  # No suppressions are needed: LeakSanitizer and UBSan report nothing for hpac's
-  # code against Debian's (uninstrumented) libtorch. halt_on_error keeps CI honest.
-  ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    "$asan/test/hpac_tests" --gtest_brief=1
+  echo "[hpac test] sanitizer stage: ASan + UBSan build of every GoogleTest suite in $asan ($(elapsed) so far)"
+  HPAC_BUILD_DIR=$asan HPAC_BUILD_TARGETS="hpac_tests hpac_trainer_tests hpac_fuzz_tests" "$root/tools/build.sh" \
+    --torch pip -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHPAC_SANITIZE=ON -DHPAC_WITH_BENCH=OFF
+  # halt_on_error keeps CI honest; LeakSanitizer on. See docs/reliability.md for what they report.
+  for suite in test/hpac_tests test/trainer/hpac_trainer_tests test/hpac_fuzz_tests; do
+    echo "[hpac test] sanitizer stage: $suite ($(elapsed) so far)"
+    ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      "$asan/$suite" --gtest_brief=1
+  done
   echo "[hpac test] sanitizer stage passed"
 fi
-echo "[hpac test] all passed in $(elapsed): $total CTest entries over both torch legs + sanitizer stage"
+echo "[hpac test] all passed in $(elapsed): $total CTest entries over both torch legs + fuzz and sanitizer stages"

@@ -7,6 +7,7 @@ import torch
 
 import hpac
 from moe_block import Block
+from parity import assert_same
 
 pytestmark = pytest.mark.skipif(
     hpac._major_minor(torch.__version__) < (2, 1),
@@ -28,11 +29,6 @@ def checkpointed(fn, x, policy):
     if policy is None:
         return fn(x)
     return torch_checkpoint(fn, x, use_reentrant=False, context_fn=hpac.context_fn(policy))
-
-
-def assert_all_equal(got, ref):
-    for a, b in zip(got, ref):
-        assert torch.isfinite(a).all() and torch.equal(a, b)
 
 
 @pytest.mark.parametrize("early_stop", [True, False], ids=["early_stop", "no_early_stop"])
@@ -58,7 +54,7 @@ def test_parity_on_the_moe_block_with_and_without_early_stop(policy, early_stop)
     hpac.reset_global_stats()
     got = step(policy)
     stats = hpac.global_stats()
-    assert_all_equal(got, ref)
+    assert_same(got, ref)
     assert stats["recomputes"] == 2 and stats["ops_recompute"] > 0
     if early_stop:
         # torch stops the recompute once the last tensor backward needs is back: never more ops than the forward.
@@ -79,8 +75,8 @@ def test_retain_graph_full_recomputes_again_exactly():
     first = torch.autograd.grad(y, [x] + params, retain_graph=True)
     second = torch.autograd.grad(y, [x] + params)  # the same recompute context entered again
     assert hpac.global_stats()["recomputes"] == 2
-    assert_all_equal(first, ref)
-    assert_all_equal(second, ref)
+    assert_same(first, ref)
+    assert_same(second, ref)
 
 
 def test_retain_graph_selective_is_a_clear_error():
@@ -99,7 +95,7 @@ def test_double_backward_full_equals_no_checkpointing():
         g, = torch.autograd.grad(checkpointed(fn, x, policy).sum(), x, create_graph=True)
         return [g.detach()] + list(torch.autograd.grad(g.pow(2).sum(), params))
 
-    assert_all_equal(second_order("full"), second_order(None))
+    assert_same(second_order("full"), second_order(None))
 
 
 def test_double_backward_selective_is_a_clear_error():
@@ -129,7 +125,7 @@ def test_checkpoint_wrapper_and_hpac_checkpoint_agree_with_context_fn():
     finally:
         hpac.unwrap_checkpoint(block)
     for got in (via_context_fn, via_checkpoint, via_wrapper):
-        assert_all_equal(got, ref)
+        assert_same(got, ref)
 
 
 @pytest.mark.parametrize("early_stop", [True, False], ids=["early_stop", "no_early_stop"])
@@ -148,7 +144,7 @@ def test_an_output_the_recompute_never_needs_is_released(early_stop):
         warnings.simplefilter("always")
         y = torch_checkpoint(fn, x, use_reentrant=False, context_fn=hpac.context_fn(["aten::neg"]))
         got = torch.autograd.grad(y.sum(), [x, w])
-    assert_all_equal(got, ref)
+    assert_same(got, ref)
     stats = hpac.global_stats()
     assert stats["saved"] == 1
     assert (stats["unserved"], stats["served"]) == ((1, 0) if early_stop else (0, 1))

@@ -11,6 +11,7 @@ import torch
 
 import hpac
 from moe_block import Block
+from parity import assert_same
 
 LIB = os.environ.get("HPAC_LIBRARY") or hpac.load()
 PY = sys.executable  # subprocesses run the same torch as the tests
@@ -56,9 +57,7 @@ def test_parity_with_no_checkpointing(model_and_input, policy, use_grad):
     loss, dx, dp = run_step(model, x, policy, use_grad)
     stats = hpac.global_stats()
     # Same ops in the same order on the same values: bitwise equal in fp32 on CPU.
-    assert torch.equal(loss, ref_loss)
-    assert torch.equal(dx, ref_dx)
-    assert all(torch.equal(a, b) for a, b in zip(dp, ref_dp))
+    assert_same([loss, dx, *dp], [ref_loss, ref_dx, *ref_dp])
     assert stats["recomputes"] == 2  # one recompute per block
     assert stats["ops_recompute"] == stats["ops_forward"] > 0
     if policy == "selective":
@@ -90,7 +89,7 @@ def test_checkpoint_wrapper_keeps_state_dict_and_gradients(model_and_input):
     hpac.reset_global_stats()
     got = run_step(model, x)  # plain calls: the wrapper checkpoints them
     assert hpac.global_stats()["served"] > 0
-    assert torch.equal(got[0], ref[0]) and all(torch.equal(a, b) for a, b in zip(got[2], ref[2]))
+    assert_same([got[0], *got[2]], [ref[0], *ref[2]])
     with pytest.raises(ValueError, match="allowed: 'full', 'selective'"):
         hpac.checkpoint_wrapper(model[0], mode="sometimes")
 
@@ -149,7 +148,7 @@ def test_error_mutated_cache_and_allowed_mutation():
     with pytest.raises(RuntimeError, match=r"cached output of aten::mm .* was modified in place"):
         step(True)
     got, ref = step(True, allow_cache_mutation=True), step(False)
-    assert all(torch.equal(a, b) for a, b in zip(got, ref))
+    assert_same(got, ref)
 
 
 def test_write_inside_the_region_to_a_cached_output_is_exact():
@@ -163,7 +162,7 @@ def test_write_inside_the_region_to_a_cached_output_is_exact():
 
     ref = torch.autograd.grad(fn(x).sum(), [x, w])
     got = torch.autograd.grad(hpac.checkpoint(fn, x, policy=["aten::mm"]).sum(), [x, w])
-    assert all(torch.equal(a, b) for a, b in zip(got, ref))
+    assert_same(got, ref)
 
 
 def test_write_through_unsafe_view_of_a_cached_output_is_exact():
@@ -183,7 +182,7 @@ def test_write_through_unsafe_view_of_a_cached_output_is_exact():
     hpac.reset_global_stats()
     got = torch.autograd.grad(hpac.checkpoint(fn, x, policy=["aten::mm", "aten::bmm"]).sum(), [x, w])
     assert hpac.global_stats()["served"] == 1
-    assert all(torch.equal(a, b) for a, b in zip(got, ref))
+    assert_same(got, ref)
 
 
 def test_error_nondeterministic_region():
@@ -335,7 +334,7 @@ def test_context_fn_with_torch_checkpoint(model_and_input, policy):
     ref = step(False)
     hpac.reset_global_stats()
     got = step(True)
-    assert all(torch.equal(a, b) for a, b in zip(got, ref))
+    assert_same(got, ref)
     stats = hpac.global_stats()
     assert stats["ops_recompute"] > 0
     if policy == "selective":

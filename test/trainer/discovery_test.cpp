@@ -92,8 +92,51 @@ TEST(TrainerRegistry, RejectsMalformedRegistries) {
   }
 }
 
+// Trees written by hand as Hugging Face transformers (4.52+) lays these
+// classes out, with distractor containers beside the decoder: the registry
+// must find the decoder and vision layers where the real classes keep them.
+// The expected paths are NOT read from the registry (a wrong registry path
+// fails here; EveryRegistryEntryShape below checks the discovery mechanics).
+TEST(TrainerRegistry, FindsTheLayersOfHandWrittenTransformersTrees) {
+  struct Case {
+    std::string cls;
+    std::string language;  // decoder layers as the class has them
+    std::string vision;    // "" for text-only
+  } cases[] = {
+      {"LlavaForConditionalGeneration", "model.language_model.layers", "model.vision_tower.vision_model.encoder.layers"},
+      {"Gemma3ForConditionalGeneration", "model.language_model.layers",
+       "model.vision_tower.vision_model.encoder.layers"},
+      {"Qwen2VLForConditionalGeneration", "model.language_model.layers", "model.visual.blocks"},
+      {"Qwen2_5_VLForConditionalGeneration", "model.language_model.layers", "model.visual.blocks"},
+      {"Qwen3VLForConditionalGeneration", "model.language_model.layers", "model.visual.blocks"},
+      {"Mistral3ForConditionalGeneration", "model.language_model.layers", "model.vision_tower.transformer.layers"},
+      {"SmolVLMForConditionalGeneration", "model.text_model.layers", "model.vision_model.encoder.layers"},
+      {"Gemma3ForCausalLM", "model.layers", ""},
+      {"GPT2LMHeadModel", "transformer.h", ""},
+  };
+  for (const Case& c : cases) {
+    torch::nn::Module root(c.cls);
+    addList(root, c.language, 3);
+    if (!c.vision.empty()) addList(root, c.vision, 2);
+    addList(root, "model.multi_modal_projector.extra", 5);  // a larger list that is not the decoder
+    const Discovery d = discover(root);
+    ASSERT_NE(d.language(), nullptr) << c.cls;
+    EXPECT_EQ(d.language()->path, c.language) << c.cls;
+    EXPECT_EQ(d.language()->layers.size(), 3u) << c.cls;
+    if (c.vision.empty()) {
+      EXPECT_EQ(d.vision(), nullptr) << c.cls;
+    } else {
+      ASSERT_NE(d.vision(), nullptr) << c.cls;
+      EXPECT_EQ(d.vision()->path, c.vision) << c.cls;
+      EXPECT_EQ(d.vision()->layers.size(), 2u) << c.cls;
+    }
+  }
+}
+
 // Every registry entry: each listed path (language and vision) on its own is
 // found with the right role, and with all paths present the first one wins.
+// (The paths come from the registry itself: this checks the discovery
+// mechanics for every entry shape, not that the paths are right.)
 TEST(TrainerDiscovery, EveryRegistryEntryShape) {
   for (const auto& [cls, entry] : registry().models) {
     for (size_t i = 0; i < entry.language.size(); ++i) {

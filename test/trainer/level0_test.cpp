@@ -5,6 +5,7 @@
 // tensors). Per layer and step, the recompute counts are what the route and the
 // policy predict, and peak bytes of full and selective are below off.
 #include "replay/torch_compat.h"
+#include "test/parity.h"
 #include "tools/trainer/qwen3_moe.h"
 #include "tools/trainer/trainer.h"
 
@@ -51,18 +52,10 @@ TrainRun train(const TrainConfig& config) {
 
 void expectBitwiseEqual(const TrainRun& off, const TrainRun& other, const std::string& what) {
   for (int s = 0; s < kSteps; ++s) {
-    EXPECT_EQ(off.steps[s].loss, other.steps[s].loss) << what << " step " << s;
+    EXPECT_TRUE(ScalarMatches(off.steps[s].loss, other.steps[s].loss)) << what << " step " << s;
     const auto& a = off.steps[s].grads;
-    const auto& b = other.steps[s].grads;
-    ASSERT_EQ(a.size(), b.size());
     ASSERT_TRUE(a[0].defined()) << "input gradient missing";
-    for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_EQ(a[i].defined(), b[i].defined()) << what << " grad " << i;
-      if (a[i].defined()) {
-        EXPECT_TRUE(at::equal(a[i], b[i])) << what << " step " << s << " grad " << i;
-      }
-    }
-    EXPECT_EQ(maxAbsDiff(a, b), 0.0) << what;
+    EXPECT_TRUE(Matches(a, other.steps[s].grads)) << what << " step " << s;
   }
 }
 
@@ -93,9 +86,52 @@ TEST_F(Level0, LossAndGradientsBitwiseEqual) {
   EXPECT_LT(off_->steps.back().loss, off_->steps.front().loss);
 }
 
-TEST_F(Level0, FullSubmoduleRouteBitwiseEqual) {
+// Every step of a run invoked `per_step` checkpoint regions and recomputed in
+// each (a route that silently checkpointed nothing would still match off).
+void expectInvocations(const TrainRun& run, int64_t per_step, const std::string& what) {
+  for (const StepResult& r : run.steps) {
+    EXPECT_EQ(r.stats.invocations, per_step) << what << " step " << r.step;
+    EXPECT_EQ(r.stats.totals.recomputes, per_step) << what << " step " << r.step;
+    EXPECT_GT(r.stats.totals.recomputed, 0) << what << " step " << r.step;
+  }
+}
+
+TEST_F(Level0, FullCompileRouteBitwiseEqual) {
   // compile on: full checkpoints attention and MLP submodules (non-reentrant).
-  expectBitwiseEqual(*off_, train(tinyConfig("full", /*compile=*/true)), "full (submodules)");
+  const TrainConfig c = tinyConfig("full", /*compile=*/true);
+  const TrainRun run = train(c);
+  expectBitwiseEqual(*off_, run, "full (compile route)");
+  expectInvocations(run, 2 * kLayers, "full (compile route)");
+}
+
+// The submodule route proper: a model with a vision tower is never native, so
+// full checkpoints the attention, MLP and norms of every layer of both towers.
+TEST(Level0Routes, FullSubmoduleRouteBitwiseEqual) {
+  auto config = [](const std::string& mode) {
+    auto c = parseConfig("model: {preset: llava_tiny}\ntrain: {seq_len: 16, micro_batch: 2, steps: 3}\n"
+                         "activation_checkpoint: {mode: " + mode + "}\n",
+                         "llava.yaml");
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    return *c;
+  };
+  auto run = [](const TrainConfig& c, int64_t* wrapped) {
+    auto t = Trainer::create(c, *builtinRegistry(), nullptr);
+    EXPECT_TRUE(t.ok()) << t.status().message();
+    TrainRun out;
+    if (!t.ok()) return out;
+    if (wrapped != nullptr) {
+      EXPECT_EQ((*t)->preparation().full_route, FullRoute::kSubmodules);
+      *wrapped = (*t)->preparation().submodules_wrapped;
+    }
+    for (int s = 0; s < kSteps; ++s) out.steps.push_back((*t)->step(s, /*keep_grads=*/true));
+    return out;
+  };
+  int64_t wrapped = 0;
+  const TrainRun off = run(config("off"), nullptr);
+  const TrainRun full = run(config("full"), &wrapped);
+  EXPECT_GT(wrapped, 0);
+  expectBitwiseEqual(off, full, "full (submodule route)");
+  expectInvocations(full, wrapped, "full (submodule route)");
 }
 
 TEST_F(Level0, OffRunsNoInvocation) {

@@ -197,10 +197,6 @@ at::Tensor block(const at::Tensor& x, const std::vector<at::Tensor>& w, int64_t 
   return h2 + out(partial).view(h2.sizes());
 }
 
-double maxDiff(const at::Tensor& a, const at::Tensor& b) {
-  return hpac::maxAbsDiff({a}, {b});  // NaN/Inf-aware
-}
-
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -263,6 +259,7 @@ int main(int argc, char** argv) try {
       return w;
     };
     std::map<std::string, double> worst;
+    std::map<std::string, std::string> where;  // the worst gradient difference's tensor and index
     for (int step = 0; step < flags.steps; ++step) {
       g_die_mid_step = env.rank == flags.die_rank && step == 1;
       tp_counts.reset();
@@ -272,12 +269,14 @@ int main(int argc, char** argv) try {
       for (const auto& p : fsdp_local) p.mutable_grad().reset();
       const at::Tensor xs = data.narrow(0, dp_rank * kBatchPerDp, kBatchPerDp).clone().set_requires_grad(true);
       auto fn = [&](const at::Tensor& in) { return block(in, weights(), kHeads / flags.tp, tp_pg, flags.profile); };
+      std::shared_ptr<hpac::InvocationStats> region_stats;
       at::Tensor y;
       if (mode == Mode::kOff) {
         y = fn(xs);
       } else {
         hpac::CheckpointOptions o;
         if (mode == Mode::kSelective) o.policy = hpac::selectivePolicy();
+        o.stats_out = region_stats = std::make_shared<hpac::InvocationStats>();
         // record_function ranges only in the forward (as a profiler schedule would), never in the recompute
         bool first = true;
         y = hpac::checkpoint(
@@ -295,6 +294,15 @@ int main(int argc, char** argv) try {
       if (flags.tp > 1) hpac::dist::allReduceInPlace(shard.gate.grad(), tp_pg);
       hpac::dist::allReduceGradients(shard.list(), dp_pg);
       std::vector<at::Tensor> xs_grad{xs.grad().clone()};
+      // The recompute must count exactly the forward's ops: with --profile the
+      // forward alone ran record_function ranges, whose profiler ops must be
+      // ignored (not counted, cached or served), or every later count shifts.
+      if (region_stats && region_stats->ops_forward != region_stats->ops_recompute) {
+        std::cout << "ERROR: mode " << mode_name << " step " << step << ": " << region_stats->ops_forward
+                  << " ops counted in the forward, " << region_stats->ops_recompute
+                  << " in the recompute (profiler ops counted?)" << std::endl;
+        ok = false;
+      }
 
       // The 1-rank run: unsharded weights, whole batch, mean over it.
       for (const auto& p : full.list()) p.mutable_grad().reset();
@@ -304,7 +312,7 @@ int main(int argc, char** argv) try {
 
       // Gradient of the sharded run's loss w.r.t. this rank's inputs equals
       // dp x the full run's (its loss is a mean over a 1/dp slice).
-      const double loss_diff = std::abs(loss.item<double>() -
+      const double loss_diff = hpac::scalarDiff(loss.item<double>(),
                                         block(xf.detach().narrow(0, dp_rank * kBatchPerDp, kBatchPerDp), full.list(), kHeads,
                                               unsharded, false).pow(2).mean().item<double>());
       const int64_t hs = kHidden / flags.tp, is = kInter / flags.tp;
@@ -325,13 +333,19 @@ int main(int argc, char** argv) try {
           got[4 + k] = fsdp_local[k];
         }
       }
-      double grad_diff = 0;
+      std::vector<at::Tensor> got_grads;
+      std::vector<std::string> names;
       for (size_t i = 0; i < want.size(); ++i) {
         TORCH_CHECK(got[i].grad().defined(), "hpac-dist-worker: no gradient for parameter ", i);
-        grad_diff = std::max(grad_diff, maxDiff(got[i].grad(), want[i]));
+        got_grads.push_back(got[i].grad());
+        names.push_back("parameter " + std::to_string(i));
       }
-      const double input_diff =
-          maxDiff(xs_grad[0], xf.grad().narrow(0, dp_rank * kBatchPerDp, kBatchPerDp) * flags.dp);
+      const hpac::TensorDiff grads_vs = hpac::compareTensors(got_grads, want, names);
+      const hpac::TensorDiff input_vs = hpac::compareTensors(
+          {xs_grad[0]}, {xf.grad().narrow(0, dp_rank * kBatchPerDp, kBatchPerDp) * flags.dp}, {"input"});
+      const double grad_diff = grads_vs.max_abs, input_diff = input_vs.max_abs;
+      if (grad_diff > worst["grad"]) where["grad"] = "step " + std::to_string(step) + ": " + grads_vs.where;
+      if (input_diff > worst["input_grad"]) where["input_grad"] = "step " + std::to_string(step) + ": " + input_vs.where;
       worst["loss"] = std::max(worst["loss"], loss_diff);
       worst["grad"] = std::max(worst["grad"], grad_diff);
       worst["input_grad"] = std::max(worst["input_grad"], input_diff);
@@ -366,6 +380,9 @@ int main(int argc, char** argv) try {
     std::cout << "mode " << mode_name << ": " << (pass ? "PASS" : "FAIL") << " vs the 1-rank run (tolerance " << kTol
               << "): max|dloss| " << worst["loss"] << ", max|dgrad| " << worst["grad"] << ", max|dinput_grad| "
               << worst["input_grad"] << std::endl;
+    for (const auto& [what, place] : where) {
+      if (!pass) std::cout << "mode " << mode_name << ": worst " << what << " difference at " << place << std::endl;
+    }
     ok = ok && pass;
   }
   return ok ? 0 : 1;

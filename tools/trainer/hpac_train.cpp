@@ -217,9 +217,10 @@ int main(int argc, char** argv) try {
     double worst_loss = 0, worst_grad = 0;
     for (const CompareRow& row : result->rows) {
       if (row.mode == hpac::Mode::kOff && !parallel) continue;
-      std::cout << absl::StrFormat("parity %-9s vs %s over %d steps: max |dloss| %.3g, max |dgrad| %.3g\n",
+      std::cout << absl::StrFormat("parity %-9s vs %s over %d steps: max |dloss| %.3g, max |dgrad| %.3g%s\n",
                                    hpac::toString(row.mode), parallel ? "the 1-rank run" : "off",
-                                   config->train.steps, row.max_loss_diff, row.max_grad_diff);
+                                   config->train.steps, row.max_loss_diff, row.max_grad_diff,
+                                   row.worst_grad_at.empty() ? "" : " at " + row.worst_grad_at);
       worst_loss = std::max(worst_loss, row.max_loss_diff);
       worst_grad = std::max(worst_grad, row.max_grad_diff);
     }

@@ -170,22 +170,27 @@ namespace {
 // parameter against the slice of the reference gradient it holds
 // (shardRule), the input embeddings against the rank's rows of the batch
 // (scaled: a rank's loss is the mean over its 1/dp of the batch).
-double parallelGradDiff(Trainer& t, const StepResult& r, Trainer& ref, const StepResult& rr) {
+TensorDiff parallelGradDiff(Trainer& t, const StepResult& r, Trainer& ref, const StepResult& rr) {
   const ParallelRuntime& rt = *t.parallel();
   std::map<std::string, size_t> ref_index;
   size_t i = 0;
   for (const auto& item : ref.model().named_parameters()) ref_index[item.key()] = 1 + i++;
-  double worst = 0;
+  std::vector<at::Tensor> got, want;
+  std::vector<std::string> names;
   const int64_t rows = t.config().train.micro_batch;
-  if (r.grads[0].defined() && rr.grads[0].defined()) {
-    worst = maxAbsDiff({r.grads[0] / static_cast<double>(rt.spec.dp)}, {rr.grads[0].narrow(0, rt.dp_rank * rows, rows)});
+  if (r.grads[0].defined() || rr.grads[0].defined()) {
+    got.push_back(r.grads[0].defined() ? r.grads[0] / static_cast<double>(rt.spec.dp) : at::Tensor());
+    want.push_back(rr.grads[0].defined() ? rr.grads[0].narrow(0, rt.dp_rank * rows, rows) : at::Tensor());
+    names.push_back("input embeddings");
   }
   i = 0;
   for (const auto& item : t.model().named_parameters()) {
     const ShardRule rule = shardRule(item.key(), rt);
-    worst = std::max(worst, maxAbsDiff({r.grads.at(1 + i++)}, {rule.slice(rr.grads.at(ref_index.at(rule.full_name)))}));
+    got.push_back(r.grads.at(1 + i++));
+    want.push_back(rule.slice(rr.grads.at(ref_index.at(rule.full_name))));
+    names.push_back(item.key());
   }
-  return worst;
+  return compareTensors(got, want, names);
 }
 
 // The composition rules, per step and rank: no collective in a region under
@@ -254,6 +259,8 @@ absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelR
     reference = *std::move(t);
   }
   const bool quiet = parallel && parallel->rank != 0;
+  std::vector<std::string> grad_names{"input embeddings"};
+  for (const auto& item : trainers[0]->model().named_parameters()) grad_names.push_back(item.key());
   auto worst = [&](double v) { return parallel ? allReduceScalar(v, parallel->world_pg, /*max=*/true) : v; };
   result.bitwise = true;
   const int64_t steps = config.train.steps;
@@ -269,17 +276,24 @@ absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelR
     for (int m = 0; m < 3; ++m) {
       CompareRow& row = result.rows[m];
       // Against off (the parallel off run, when parallel): bit for bit expected.
-      const double dl = worst(std::abs(now[m].loss - now[0].loss));
-      const double dg = worst(maxAbsDiff(now[m].grads, now[0].grads));
+      const double dl = worst(scalarDiff(now[m].loss, now[0].loss));
+      const TensorDiff local = compareTensors(now[m].grads, now[0].grads, grad_names);
+      const double dg = worst(local.max_abs);
       if (dl != 0 || dg != 0) result.bitwise = false;
+      // v: the maximum over ranks; d: this rank's comparison (its `where` is empty if this rank matched).
+      auto note = [&](double v, const TensorDiff& d) {
+        if (v > row.max_grad_diff && !d.where.empty()) row.worst_grad_at = absl::StrCat("step ", s + 1, ": ", d.where);
+        row.max_grad_diff = std::max(row.max_grad_diff, v);
+      };
       if (parallel) {
         const double global_loss = allReduceScalar(now[m].loss, parallel->dp_pg) / static_cast<double>(config.parallel.dp);
-        row.max_loss_diff = std::max(row.max_loss_diff, worst(std::abs(global_loss - ref_now.loss)));
-        row.max_grad_diff = std::max(row.max_grad_diff, worst(parallelGradDiff(*trainers[m], now[m], *reference, ref_now)));
+        row.max_loss_diff = std::max(row.max_loss_diff, worst(scalarDiff(global_loss, ref_now.loss)));
+        const TensorDiff vs_ref = parallelGradDiff(*trainers[m], now[m], *reference, ref_now);
+        note(worst(vs_ref.max_abs), vs_ref);
         checkCollectives(now[m], modes[m], config.parallel, result.failures);
       } else {
         row.max_loss_diff = std::max(row.max_loss_diff, dl);
-        row.max_grad_diff = std::max(row.max_grad_diff, dg);
+        note(dg, local);
       }
       if (!quiet) {
         out << formatStepLine(now[m], steps, modes[m]) << (parallel ? formatCollectives(now[m].collectives) : "")
