@@ -145,7 +145,7 @@ def test_errors_come_from_the_cpp_parser_with_file_line_col():
 
 
 def test_plan_out_of_range_and_swap_conflict():
-    with pytest.raises(ValueError, match=r"test\.yaml:4:\d+: activation_checkpoint\.layers: layer 7 is out of range"):
+    with pytest.raises(ValueError, match=r"test\.yaml:4:\d+: activation_checkpoint\.layers: layer 3 is out of range; the language tower model\.layers holds layers 0, 1, 2"):
         prepare(models.llama(), "full", "  layers: {3: off}\n")
     with pytest.raises(ValueError, match="cannot be combined with activation_swap: attention"):
         prepare(models.llama(), "full", "activation_swap: attention\n")
