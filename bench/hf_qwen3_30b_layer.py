@@ -54,7 +54,12 @@ def main():
     def build():
         torch.manual_seed(1234)
         cfg = hc.qwen3_moe_config(spec, max_position_embeddings=max(4096, args.seq))
-        return transformers.Qwen3MoeForCausalLM(cfg).to(torch.bfloat16)
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(torch.bfloat16)  # built in bfloat16: no float32 copy of the experts
+        try:
+            return transformers.Qwen3MoeForCausalLM(cfg)
+        finally:
+            torch.set_default_dtype(default)
 
     def batch(step):
         return hc.token_batch(spec["vocab_size"], args.batch, args.seq, 1234, step)
