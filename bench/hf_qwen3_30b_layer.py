@@ -25,6 +25,22 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plugin", "python"))
 
 
+def report(path):
+    with open(path) as f:
+        r = json.load(f)
+    a = r["args"]
+    print(f"{a['layers']} decoder layer(s), seq {a['seq']} x batch {a['batch']}, bfloat16, vocab {a['vocab']}, "
+          f"{a['steps']} AdamW steps, torch {r['torch']}, transformers {r['transformers']}, {r['threads']} threads\n")
+    print("| mode | route | peak above step start | vs off | kept after forward | vs off | step time | vs off | "
+          "max abs dloss |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in r["rows"]:
+        print(f"| {row['mode']} | {row['route']} ({row['wrapped']}) | {row['peak_bytes'] / 2**20:.0f} MiB | "
+              f"{row['peak_vs_off']:.2f}x | {row['kept_after_forward_bytes'] / 2**20:.0f} MiB | "
+              f"{row['kept_vs_off']:.2f}x | {row['step_time_s']:.1f} s | {row['time_vs_off']:.2f}x | "
+              f"{row['max_dloss_vs_off']:.3g} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", type=int, default=1)
@@ -32,9 +48,14 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--report", metavar="JSON", default=None,
+                    help="print the docs/results.md table from a JSON this script wrote, and exit")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                                   "hf_qwen3_30b_layer.json"))
     args = ap.parse_args()
+    if args.report:
+        report(args.report)
+        return
     for name in ("layers", "seq", "batch", "steps", "vocab"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} {getattr(args, name)} is not allowed; allowed: a positive integer")
