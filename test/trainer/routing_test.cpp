@@ -171,6 +171,43 @@ TEST(TrainerRouting, NamesOutsideTheAliasListsWrapNothingAndWarn) {
   EXPECT_NE(p.prep.warnings.back().find("0 modules wrapped"), std::string::npos) << p.prep.warnings.back();
 }
 
+// The decision order (Note [Full decision order] in routing.cpp), one test per branch beyond the ones above:
+// a model that is not language-tower-only takes the submodule path even with compile on (it used to take the
+// compile path and never wrap its norms); KV sharing comes before compile; compile comes before the native checks.
+TEST(TrainerRouting, FullTwoTowersWithCompileTakesSubmodulesFirst) {
+  TrainConfig c = config("llava_tiny", "full");
+  c.train.compile = true;
+  const Prepared p = prepare(c);
+  ASSERT_TRUE(p.prep.full_route.has_value());
+  EXPECT_EQ(*p.prep.full_route, FullRoute::kSubmodules) << p.prep.full_route_reason;
+  EXPECT_NE(p.prep.full_route_reason.find("not language-tower-only"), std::string::npos) << p.prep.full_route_reason;
+  for (const PreparedLayer& l : p.prep.layers) {
+    const std::set<std::string> subs = submodulesOf(l);
+    EXPECT_TRUE(subs.count("input_layernorm") || subs.count("layer_norm1")) << l.layer.path << ": norms not wrapped";
+  }
+  EXPECT_EQ(p.prep.submodules_wrapped, 16);
+}
+
+TEST(TrainerRouting, FullKvSharingWithCompileTakesSubmodulesWithoutAttention) {
+  TrainConfig c = config("gemma3n_kv_tiny", "full");
+  c.train.compile = true;
+  const Prepared p = prepare(c);
+  ASSERT_TRUE(p.prep.full_route.has_value());
+  EXPECT_EQ(*p.prep.full_route, FullRoute::kSubmodules) << p.prep.full_route_reason;
+  EXPECT_NE(p.prep.full_route_reason.find("KV sharing"), std::string::npos) << p.prep.full_route_reason;
+  for (const PreparedLayer& l : p.prep.layers) {
+    EXPECT_EQ(submodulesOf(l), (std::set<std::string>{"mlp", "input_layernorm", "post_attention_layernorm"}));
+  }
+}
+
+TEST(TrainerRouting, FullCompileIsCheckedBeforeTheNativeConditions) {
+  TrainConfig c = config("custom_blocks_tiny", "full");  // not native: no checkpointing support declared
+  c.train.compile = true;
+  const Prepared p = prepare(c);
+  ASSERT_TRUE(p.prep.full_route.has_value());
+  EXPECT_EQ(*p.prep.full_route, FullRoute::kCompile) << p.prep.full_route_reason;
+}
+
 TEST(TrainerRouting, KvSharingKeepsCacheAndNeverCheckpointsAttention) {
   for (const char* mode : {"selective", "full"}) {
     const Prepared p = prepare(config("gemma3n_kv_tiny", mode));

@@ -71,7 +71,8 @@ function(hpac_install_package)
     set_target_properties(hpac_trainer PROPERTIES EXPORT_NAME trainer)
     set_target_properties(hpac_tools PROPERTIES EXPORT_NAME tools)
     set_target_properties(hpac_dist PROPERTIES EXPORT_NAME dist)
-    install(TARGETS hpac_trainer hpac_tools hpac_dist EXPORT hpacTrainerTargets
+    set_target_properties(hpac_trainer_config PROPERTIES EXPORT_NAME trainer_config)
+    install(TARGETS hpac_trainer hpac_trainer_config hpac_tools hpac_dist EXPORT hpacTrainerTargets
             ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}")
     install(EXPORT hpacTrainerTargets NAMESPACE hpac:: DESTINATION "${HPAC_INSTALL_CMAKEDIR}")
     hpac_install_headers(tools)

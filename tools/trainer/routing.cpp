@@ -144,22 +144,27 @@ absl::StatusOr<Preparation> prepareModel(ZooModel& model, const TrainConfig& con
     all_trainable = all_trainable && trainable(*p.layer.module);
   }
   if (any_full) {
-    std::vector<std::string> why_not;
-    if (d.vision() != nullptr) why_not.push_back("the model has a vision tower");
-    if (config.train.compile) why_not.push_back("compile is on");
-    if (!all_trainable) why_not.push_back("some layers are frozen");
-    if (!all_native) why_not.push_back("some layers are not native checkpointable layers");
-    if (!model.supportsGradientCheckpointing()) why_not.push_back("the model does not declare checkpointing support");
-    if (prep.kv_sharing) why_not.push_back("KV sharing (attention must not be checkpointed)");
-    if (why_not.empty()) {
-      prep.full_route = FullRoute::kNative;
-      prep.full_route_reason = "language tower only, no compile, every layer trainable and native, model supports it";
-    } else if (config.train.compile && !prep.kv_sharing) {
+    // Note [Full decision order]: the reference design's flowchart, checked top to bottom; the first that holds
+    // decides (docs/trainer.md; plugin/python/hpac/hf.py follows the same order).
+    std::vector<std::string> not_native;
+    if (!all_trainable) not_native.push_back("some layers are frozen");
+    if (!all_native) not_native.push_back("some layers are not native checkpointable layers");
+    if (!model.supportsGradientCheckpointing()) not_native.push_back("the model does not declare checkpointing support");
+    if (d.vision() != nullptr) {
+      prep.full_route = FullRoute::kSubmodules;
+      prep.full_route_reason = "not language-tower-only: the model has a vision tower";
+    } else if (prep.kv_sharing) {
+      prep.full_route = FullRoute::kSubmodules;
+      prep.full_route_reason = "KV sharing: attention must not be checkpointed";
+    } else if (config.train.compile) {
       prep.full_route = FullRoute::kCompile;
       prep.full_route_reason = "compile is on: attention and MLP submodules only";
+    } else if (not_native.empty()) {
+      prep.full_route = FullRoute::kNative;
+      prep.full_route_reason = "language tower only, no compile, every layer trainable and native, model supports it";
     } else {
       prep.full_route = FullRoute::kSubmodules;
-      prep.full_route_reason = "not native: " + joinNames(why_not);
+      prep.full_route_reason = "not native: " + joinNames(not_native);
     }
     logger.info(absl::StrCat("full: ", toString(*prep.full_route), " path (", prep.full_route_reason, ")"));
   }

@@ -6,14 +6,17 @@
 //   off        nothing is touched: no discovery, no wrapping, no config change.
 //   selective  every discovered layer is checkpointed whole with the built-in
 //              selective policy (one invocation per layer call).
-//   full       one route for the model, chosen in this order:
-//              native      language tower only, compile off, every full layer
-//                          trainable and a CheckpointableLayer with native support,
-//                          and the model declares supportsGradientCheckpointing():
-//                          the layer's own reentrant path, whole layer;
-//              compile     compile on: the attention and MLP submodules only;
-//              submodules  otherwise: per layer, the children named in the alias
-//                          lists (mlp, attention, norm1, norm2, mtp).
+//   full       one route for the model, the first that holds in this order
+//              (the reference design's flowchart, Note [Full decision order]):
+//              1. a vision tower (not language-tower-only) -> submodules;
+//              2. KV sharing                               -> submodules without attention;
+//              3. compile on -> compile: the attention and MLP submodules only;
+//              4. every full layer trainable and a CheckpointableLayer with
+//                 native support, and the model declares
+//                 supportsGradientCheckpointing() -> native: the layer's own
+//                 reentrant path, whole layer;
+//              5. otherwise -> submodules: per layer, the children named in the
+//                 alias lists (mlp, attention, norm1, norm2, mtp).
 //   KV sharing (num_kv_shared_layers > 0 in the config or a sub-config): use_cache
 //              is kept, attention is never checkpointed, full takes the submodule
 //              route without attention, and selective degrades (with a warning)

@@ -1,0 +1,151 @@
+"""Level0 comparison on real transformers models: the same model trained under off, full and selective from one seed,
+step by step, with losses and gradients compared against the off run (used by tools/demo.sh, the Level0 tests and
+bench/hf_qwen3_30b_layer.py).
+
+    cmp = train_compare(build, cfg_dict, make_batch, steps=5)   # build(): a fresh model (same seed each call)
+    print(format_table(cmp))
+"""
+import copy
+import time
+
+import torch
+
+import hpac
+import hpac.hf as hf
+
+MODES = ("off", "full", "selective")
+
+
+def qwen3_moe_config(model_spec, **overrides):
+    """A transformers Qwen3MoeConfig from the trainer YAML's `model` section (the keys are Hugging Face's)."""
+    import transformers
+    keys = ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
+            "moe_intermediate_size", "num_experts", "num_experts_per_tok", "vocab_size", "norm_topk_prob",
+            "rope_theta", "rms_norm_eps")
+    kwargs = {k: model_spec[k] for k in keys}
+    kwargs["num_hidden_layers"] = model_spec["num_layers"]
+    kwargs.setdefault("max_position_embeddings", 4096)
+    kwargs.update(overrides)
+    rope_theta = kwargs.pop("rope_theta")
+    cfg = transformers.Qwen3MoeConfig(**kwargs)
+    cfg.rope_parameters = {"rope_type": "default", "rope_theta": rope_theta}
+    cfg._attn_implementation = "sdpa"
+    return cfg
+
+
+def token_batch(vocab, batch, seq, seed, step):
+    """Each row an arithmetic sequence modulo the vocabulary (as hpac-train), start and stride seeded by seed, step."""
+    g = torch.Generator().manual_seed(seed * 1000003 + step)
+    start = torch.randint(0, vocab, (batch, 1), generator=g)
+    stride = torch.randint(1, vocab, (batch, 1), generator=g)
+    return (start + stride * torch.arange(seq).unsqueeze(0)) % vocab
+
+
+def _max_abs_diff(a, b):
+    """NaN or Inf anywhere is never equal (inf)."""
+    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        return float("inf")
+    return (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
+
+
+class ModeRun:
+    def __init__(self, mode, model, prep, lr):
+        self.mode, self.model, self.prep = mode, model, prep
+        self.opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+        self.losses, self.peaks, self.kept, self.times, self.layer_stats = [], [], [], [], []
+        self.max_dloss, self.max_dgrad = 0.0, 0.0
+
+    @property
+    def wrapped(self):
+        return f"{self.prep.layers_wrapped}L+{self.prep.submodules_wrapped}S" if self.prep.touched else "-"
+
+
+def _step(run, input_ids, tracked):
+    run.opt.zero_grad(set_to_none=False)
+    if tracked:
+        start = hpac.memory_stats()["current_bytes"]
+        hpac.reset_peak_memory()
+    t0 = time.perf_counter()
+    loss = run.model(input_ids=input_ids, labels=input_ids).loss
+    run.kept.append(hpac.memory_stats()["current_bytes"] - start if tracked else None)
+    loss.backward()
+    elapsed = time.perf_counter() - t0
+    run.peaks.append(hpac.memory_stats()["peak_bytes"] - start if tracked else None)
+    run.times.append(elapsed)
+    run.losses.append(loss.detach())
+    run.layer_stats.append(run.prep.take_layer_stats())
+    grads = [p.grad.detach().clone() for p in run.model.parameters()]
+    run.opt.step()
+    return grads
+
+
+def train_compare(build, config, make_batch, steps, modes=MODES, lr=1e-3, track_memory=True, progress=None,
+                  registry=None, log=None):
+    """Trains build()'s model under each mode (the config's activation_checkpoint.mode replaced), interleaved step
+    by step with the order rotated each step. Gradients are allocated before the first step so
+    every step and mode starts from the same resident set. Returns {mode: ModeRun}."""
+    if track_memory:
+        hpac.track_memory()
+    registry = registry if registry is not None else hf.load_registry()
+    runs = {}
+    for mode in modes:
+        model = build()
+        model.train()
+        cfg = copy.deepcopy(config)
+        cfg["activation_checkpoint"]["mode"] = mode
+        cfg["activation_checkpoint"]["layers"] = []
+        prep = hf.prepare(model, cfg, registry, log=log)
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        runs[mode] = ModeRun(mode, model, prep, lr)
+    order = list(modes)
+    for step in range(steps):
+        input_ids = make_batch(step)
+        grads = {}
+        for mode in order[step % len(order):] + order[:step % len(order)]:
+            grads[mode] = _step(runs[mode], input_ids, track_memory)
+        if "off" in runs:
+            for mode, run in runs.items():
+                run.max_dloss = max(run.max_dloss, _max_abs_diff(run.losses[-1], runs["off"].losses[-1]))
+                for g, g0 in zip(grads[mode], grads["off"]):
+                    run.max_dgrad = max(run.max_dgrad, _max_abs_diff(g, g0))
+        if progress:
+            progress(step, runs)
+    return runs
+
+
+def _median(values):
+    s = sorted(values)
+    return s[len(s) // 2]
+
+
+def summary(runs):
+    """One row per mode: the seed-style table's columns."""
+    off = runs.get("off")
+    rows = []
+    for mode, run in runs.items():
+        peak = max(run.peaks) if run.peaks and run.peaks[0] is not None else None
+        t = _median(run.times)
+        last = run.layer_stats[-1] if run.layer_stats else []
+        rows.append({
+            "mode": mode, "peak_bytes": peak, "kept_after_forward_bytes": run.kept[-1],
+            "saving": (1 - peak / max(off.peaks)) if off is not None and peak is not None else None,
+            "step_time_s": t, "slowdown": (t / _median(off.times) - 1) if off is not None else None,
+            "max_dloss": run.max_dloss, "max_dgrad": run.max_dgrad, "route": run.prep.route, "wrapped": run.wrapped,
+            "recomputed": sum(s.get("recomputed", 0) for s in last), "served": sum(s.get("served", 0) for s in last),
+        })
+    return rows
+
+
+def format_table(rows):
+    head = (f"{'mode':<10} {'peak_mem':>10} {'saving':>7} {'step_time':>10} {'slowdown':>8} {'max|dloss|':>10} "
+            f"{'max|dgrad|':>10} {'route':<10} {'wrapped':>7} {'recomputed':>10} {'served':>6}")
+    lines = [head]
+    for r in rows:
+        peak = f"{r['peak_bytes'] / 2**20:.1f}MiB" if r["peak_bytes"] is not None else "n/a"
+        saving = f"{-100 * r['saving']:+.0f}%" if r["saving"] is not None and r["mode"] != "off" else "-"
+        slow = f"{100 * r['slowdown']:+.0f}%" if r["slowdown"] is not None and r["mode"] != "off" else "-"
+        lines.append(f"{r['mode']:<10} {peak:>10} {saving:>7} {1000 * r['step_time_s']:>8.1f}ms {slow:>8} "
+                     f"{r['max_dloss']:>10.3g} {r['max_dgrad']:>10.3g} {r['route']:<10} {r['wrapped']:>7} "
+                     f"{r['recomputed']:>10} {r['served']:>6}")
+    return "\n".join(lines)
