@@ -26,19 +26,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 
 def report(path):
-    with open(path) as f:
-        r = json.load(f)
-    a = r["args"]
-    print(f"{a['layers']} decoder layer(s), seq {a['seq']} x batch {a['batch']}, bfloat16, vocab {a['vocab']}, "
-          f"{a['steps']} AdamW steps, torch {r['torch']}, transformers {r['transformers']}, {r['threads']} threads\n")
-    print("| mode | route | peak above step start | vs off | kept after forward | vs off | step time | vs off | "
-          "max abs dloss |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for row in r["rows"]:
-        print(f"| {row['mode']} | {row['route']} ({row['wrapped']}) | {row['peak_bytes'] / 2**20:.0f} MiB | "
-              f"{row['peak_vs_off']:.2f}x | {row['kept_after_forward_bytes'] / 2**20:.0f} MiB | "
-              f"{row['kept_vs_off']:.2f}x | {row['step_time_s']:.1f} s | {row['time_vs_off']:.2f}x | "
-              f"{row['max_dloss_vs_off']:.3g} |")
+    """The docs/results.md section, from the one renderer (bench/report_results.py, section hf_scale)."""
+    import report_results
+    print("\n".join(report_results.hf_scale(os.path.dirname(os.path.abspath(path)))))
 
 
 def main():
@@ -115,7 +105,7 @@ def main():
               f"{r['max_dloss_vs_off']:.3g}")
     result = {"benchmark": "hf_qwen3_30b_layer", "transformers": transformers.__version__, "torch": torch.__version__,
               "threads": torch.get_num_threads(), "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
-              "hpac": hpac.version(), "args": vars(args), "model": spec, "rows": rows}
+              "hpac": hpac.version(), "args": {k: v for k, v in vars(args).items() if k not in ("out", "report")}, "model": spec, "rows": rows}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)
