@@ -1,6 +1,6 @@
 // libFuzzer target: the trainer's YAML config parser (tools/trainer/config.cpp
 // over yaml_reader.cpp). Seeds: fuzz/corpus/config.
-#include "fuzz/fuzz_common.h"
+#include "test/fuzz/fuzz_common.h"
 #include "tools/trainer/config.h"
 
 #include <exception>

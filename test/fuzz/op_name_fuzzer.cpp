@@ -5,7 +5,7 @@
 // entry with bytes that are not printable ASCII: refused as such, shown
 // escaped); any other exception, or a crash, is a finding.
 // Seeds: fuzz/corpus/op_name.
-#include "fuzz/fuzz_common.h"
+#include "test/fuzz/fuzz_common.h"
 #include "policy/checkpoint_policy.h"
 #include "policy/op_tables.h"
 

@@ -1,6 +1,6 @@
 // libFuzzer target: the model registry parser (tools/trainer/registry.cpp over
 // yaml_reader.cpp). Seeds: fuzz/corpus/registry.
-#include "fuzz/fuzz_common.h"
+#include "test/fuzz/fuzz_common.h"
 #include "tools/trainer/registry.h"
 
 #include <exception>
