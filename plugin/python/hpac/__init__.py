@@ -30,9 +30,10 @@ _PACKAGED = os.path.join(_HERE, "lib", "libhpac.so")
 _load_lock = threading.Lock()
 
 
-def _ops_present():
+def _ops_present(namespace="hpac", op="version"):
+    """Whether torch.ops.<namespace>.<op> is registered (its library loaded)."""
     try:
-        torch.ops.hpac.version
+        getattr(getattr(torch.ops, namespace), op)
         return True
     except (AttributeError, RuntimeError):
         return False

@@ -47,11 +47,7 @@ _ROLE_ORDER = ("language", "vision")
 
 
 def _config_ops_present():
-    try:
-        torch.ops.hpac_config.load_config
-        return True
-    except (AttributeError, RuntimeError):
-        return False
+    return hpac._ops_present("hpac_config", "load_config")
 
 
 def load_config_library(path=None):
