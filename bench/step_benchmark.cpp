@@ -3,7 +3,7 @@
 // and input, so the three share the machine's state of the moment; the
 // reported counters are per-mode medians over iterations and their ratios.
 //
-//   BM_Step/<seq>/<layers>   stack of Qwen3-MoE-shaped blocks (tools/moe_block.h), batch 1, fp32
+//   BM_Step/<seq>/<layers>   stack of Qwen3-MoE-shaped blocks (tools/moe/moe_block.h), batch 1, fp32
 //
 // Counters (per mode m in off, full, selective):
 //   m_ms               median step time (forward + backward), milliseconds
@@ -15,8 +15,8 @@
 // Tensor memory does not go through operator new, so Google Benchmark's
 // memory manager cannot see it; the tracking allocator is used instead.
 #include "replay/tracking_allocator.h"
-#include "tools/evidence.h"
-#include "tools/moe_block.h"
+#include "tools/evidence/evidence.h"
+#include "tools/moe/moe_block.h"
 
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
@@ -45,19 +45,19 @@ void BM_Step(benchmark::State& state) {
   for (int64_t l = 0; l < layers; ++l) blocks.emplace_back(config, 1000 + static_cast<uint64_t>(l));
   at::manual_seed(0);
   const at::Tensor x = at::randn({1, seq, config.hidden});
-  const hpac::Mode modes[] = {hpac::Mode::kOff, hpac::Mode::kFull, hpac::Mode::kSelective};
-  std::map<hpac::Mode, std::vector<double>> ms;
-  std::map<hpac::Mode, hpac::StepReport> last;
-  for (hpac::Mode m : modes) hpac::runStep(blocks, x, m, 1);  // warm-up
+  const hpac::CheckpointMode modes[] = {hpac::CheckpointMode::kOff, hpac::CheckpointMode::kFull, hpac::CheckpointMode::kSelective};
+  std::map<hpac::CheckpointMode, std::vector<double>> ms;
+  std::map<hpac::CheckpointMode, hpac::StepReport> last;
+  for (hpac::CheckpointMode m : modes) hpac::runStep(blocks, x, m, 1);  // warm-up
   for (auto _ : state) {
-    for (hpac::Mode m : modes) {
+    for (hpac::CheckpointMode m : modes) {
       const auto t0 = std::chrono::steady_clock::now();
       last[m] = hpac::runStep(blocks, x, m, 1);
       ms[m].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
   }
   constexpr double kMiB = 1024.0 * 1024.0;
-  for (hpac::Mode m : modes) {
+  for (hpac::CheckpointMode m : modes) {
     const std::string name = hpac::toString(m);
     const hpac::StepReport& r = last[m];
     state.counters[name + "_ms"] = median(ms[m]);
@@ -67,13 +67,13 @@ void BM_Step(benchmark::State& state) {
     state.counters[name + "_served"] = static_cast<double>(r.stats.served);
   }
   // Paired ratios: medians of per-iteration ratios.
-  for (hpac::Mode m : {hpac::Mode::kFull, hpac::Mode::kSelective}) {
+  for (hpac::CheckpointMode m : {hpac::CheckpointMode::kFull, hpac::CheckpointMode::kSelective}) {
     std::vector<double> ratio;
-    for (size_t i = 0; i < ms[m].size(); ++i) ratio.push_back(ms[m][i] / ms[hpac::Mode::kOff][i]);
+    for (size_t i = 0; i < ms[m].size(); ++i) ratio.push_back(ms[m][i] / ms[hpac::CheckpointMode::kOff][i]);
     const std::string name = hpac::toString(m);
     state.counters[name + "_vs_off_time"] = median(ratio);
     state.counters[name + "_vs_off_peak"] = static_cast<double>(last[m].peak_over_baseline) /
-                                            static_cast<double>(last[hpac::Mode::kOff].peak_over_baseline);
+                                            static_cast<double>(last[hpac::CheckpointMode::kOff].peak_over_baseline);
   }
   state.SetLabel("moe hidden 128, batch 1, fp32");
 }

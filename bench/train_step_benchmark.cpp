@@ -19,7 +19,7 @@
 
 namespace {
 
-using hpac::Mode;
+using hpac::CheckpointMode;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -31,10 +31,10 @@ void BM_TrainStep(benchmark::State& state) {
   std::ostringstream yaml;
   yaml << "model:\n  preset: " << preset << "\n  num_layers: " << state.range(2)
        << "\ntrain:\n  seq_len: " << state.range(1) << "\n  micro_batch: 1\n  steps: 1000\n  seed: 7\n";
-  const Mode modes[] = {Mode::kOff, Mode::kFull, Mode::kSelective};
-  std::map<Mode, std::unique_ptr<hpac::trainer::Trainer>> trainers;
+  const CheckpointMode modes[] = {CheckpointMode::kOff, CheckpointMode::kFull, CheckpointMode::kSelective};
+  std::map<CheckpointMode, std::unique_ptr<hpac::trainer::Trainer>> trainers;
   const auto quiet = [](hpac::trainer::LogLevel, const std::string&) {};
-  for (Mode m : modes) {
+  for (CheckpointMode m : modes) {
     auto config = hpac::trainer::parseConfig(yaml.str() + "activation_checkpoint:\n  mode: " + hpac::toString(m) + "\n",
                                              "bench.yaml");
     if (!config.ok()) {
@@ -49,32 +49,32 @@ void BM_TrainStep(benchmark::State& state) {
     trainers[m] = std::move(*trainer);
   }
   int64_t step = 0;
-  for (Mode m : modes) trainers[m]->step(step);  // warm-up
+  for (CheckpointMode m : modes) trainers[m]->step(step);  // warm-up
   ++step;
-  std::map<Mode, std::vector<double>> ms;
-  std::map<Mode, hpac::trainer::StepResult> last;
+  std::map<CheckpointMode, std::vector<double>> ms;
+  std::map<CheckpointMode, hpac::trainer::StepResult> last;
   for (auto _ : state) {
-    for (Mode m : modes) {
+    for (CheckpointMode m : modes) {
       last[m] = trainers[m]->step(step);
       ms[m].push_back(last[m].seconds * 1e3);
     }
     ++step;
   }
   constexpr double kMiB = 1024.0 * 1024.0;
-  for (Mode m : modes) {
+  for (CheckpointMode m : modes) {
     const std::string name = hpac::toString(m);
     state.counters[name + "_ms"] = median(ms[m]);
     state.counters[name + "_peak_MiB"] = static_cast<double>(last[m].peak_bytes) / kMiB;
     state.counters[name + "_recomputed"] = static_cast<double>(last[m].stats.totals.recomputed);
     state.counters[name + "_served"] = static_cast<double>(last[m].stats.totals.served);
   }
-  for (Mode m : {Mode::kFull, Mode::kSelective}) {
+  for (CheckpointMode m : {CheckpointMode::kFull, CheckpointMode::kSelective}) {
     std::vector<double> ratio;
-    for (size_t i = 0; i < ms[m].size(); ++i) ratio.push_back(ms[m][i] / ms[Mode::kOff][i]);
+    for (size_t i = 0; i < ms[m].size(); ++i) ratio.push_back(ms[m][i] / ms[CheckpointMode::kOff][i]);
     const std::string name = hpac::toString(m);
     state.counters[name + "_vs_off_time"] = median(ratio);
     state.counters[name + "_vs_off_peak"] =
-        static_cast<double>(last[m].peak_bytes) / static_cast<double>(last[Mode::kOff].peak_bytes);
+        static_cast<double>(last[m].peak_bytes) / static_cast<double>(last[CheckpointMode::kOff].peak_bytes);
   }
   state.SetLabel(std::string(preset) + ", batch 1, fp32, AdamW");
 }

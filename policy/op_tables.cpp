@@ -56,7 +56,7 @@ constexpr OpEntry kMatmulOps[] = {
 // functional collective's wait_tensor with it: the recompute is served the
 // completed tensor and waits on nothing). The
 // point-to-point pair c10d::send / c10d::recv_ (an all-to-all on backends
-// without one, tools/dist) must be saved together: a recompute that re-sent
+// without one, tools/distributed) must be saved together: a recompute that re-sent
 // while its peer was served would leave a message nobody receives.
 constexpr OpEntry kSaveOps[] = {
     {"_c10d_functional::all_reduce", kOptional},

@@ -3,7 +3,7 @@
 // stop matching the region; bad specs.
 #include "policy/budget_policy.h"
 #include "replay/checkpoint.h"
-#include "tools/evidence.h"
+#include "tools/evidence/evidence.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

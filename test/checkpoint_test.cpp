@@ -4,9 +4,9 @@
 // extra backward, backward on another thread, inputs without grad.
 #include "policy/selective_policy.h"
 #include "replay/checkpoint.h"
-#include "test/parity.h"
-#include "tools/evidence.h"
-#include "tools/moe_block.h"
+#include "test/support/parity.h"
+#include "tools/evidence/evidence.h"
+#include "tools/moe/moe_block.h"
 #include "replay/tracking_allocator.h"
 
 #include <ATen/ATen.h>
@@ -29,14 +29,14 @@ at::Tensor makeInput() {
   return at::randn({2, 32, MoeBlockConfig{}.hidden});
 }
 
-class ParityTest : public ::testing::TestWithParam<Mode> {};
+class ParityTest : public ::testing::TestWithParam<CheckpointMode> {};
 
 // Bitwise parity: the recompute runs the same ops in the same order on the same
 // values (cached outputs are the forward's own), so fp32 CPU results are equal.
 TEST_P(ParityTest, LossAndGradientsEqualNoCheckpointing) {
   const auto blocks = makeBlocks(3);
   const at::Tensor x = makeInput();
-  const StepReport off = runStep(blocks, x, Mode::kOff, 99);
+  const StepReport off = runStep(blocks, x, CheckpointMode::kOff, 99);
   const StepReport ck = runStep(blocks, x, GetParam(), 99);
   EXPECT_TRUE(ScalarMatches(ck.loss, off.loss));
   for (size_t i = 0; i < ck.grads.size(); ++i) ASSERT_TRUE(ck.grads[i].defined()) << ck.grad_names[i];
@@ -45,7 +45,7 @@ TEST_P(ParityTest, LossAndGradientsEqualNoCheckpointing) {
   EXPECT_EQ(ck.stats.recomputes, 3);
   EXPECT_GT(ck.stats.ops_recompute, 0);
   EXPECT_GT(ck.stats.recomputed, 0);
-  if (GetParam() == Mode::kSelective) {
+  if (GetParam() == CheckpointMode::kSelective) {
     EXPECT_GT(ck.stats.saved, 0);
     EXPECT_EQ(ck.stats.served, ck.stats.saved);  // every saved output served exactly once
     EXPECT_EQ(ck.stats.ops_recompute, ck.stats.ops_forward);
@@ -55,29 +55,27 @@ TEST_P(ParityTest, LossAndGradientsEqualNoCheckpointing) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, ParityTest, ::testing::Values(Mode::kFull, Mode::kSelective),
+INSTANTIATE_TEST_SUITE_P(Modes, ParityTest, ::testing::Values(CheckpointMode::kFull, CheckpointMode::kSelective),
                          [](const auto& info) { return std::string(toString(info.param)); });
 
 TEST(Checkpoint, AutogradGradMatchesForFullAndSelective) {
   const MoeBlock block(MoeBlockConfig{}, 5);
   const at::Tensor x0 = makeInput();
-  auto grads = [&](Mode mode) {
+  auto grads = [&](CheckpointMode mode) {
     at::Tensor x = x0.clone().set_requires_grad(true);
     at::manual_seed(3);
     at::Tensor y;
-    if (mode == Mode::kOff) {
+    if (mode == CheckpointMode::kOff) {
       y = block.forward(x);
     } else {
-      CheckpointOptions o;
-      if (mode == Mode::kSelective) o.policy = selectivePolicy();
-      y = checkpoint([&](const at::Tensor& in) { return block.forward(in); }, x, o);
+      y = checkpoint([&](const at::Tensor& in) { return block.forward(in); }, x, checkpointOptionsFor(mode));
     }
     std::vector<at::Tensor> wrt{x};
     for (const auto& p : block.parameters()) wrt.push_back(p);
     return torch::autograd::grad({y.sum()}, wrt);
   };
-  const auto off = grads(Mode::kOff);
-  for (Mode mode : {Mode::kFull, Mode::kSelective}) {
+  const auto off = grads(CheckpointMode::kOff);
+  for (CheckpointMode mode : {CheckpointMode::kFull, CheckpointMode::kSelective}) {
     const auto got = grads(mode);
     EXPECT_TRUE(Matches(got, off)) << toString(mode);
   }
@@ -86,9 +84,9 @@ TEST(Checkpoint, AutogradGradMatchesForFullAndSelective) {
 TEST(Checkpoint, KeptMemoryAfterForwardIsFullBelowSelectiveBelowOff) {
   const auto blocks = makeBlocks(3);
   const at::Tensor x = makeInput();
-  const StepReport off = runStep(blocks, x, Mode::kOff, 1);
-  const StepReport full = runStep(blocks, x, Mode::kFull, 1);
-  const StepReport sel = runStep(blocks, x, Mode::kSelective, 1);
+  const StepReport off = runStep(blocks, x, CheckpointMode::kOff, 1);
+  const StepReport full = runStep(blocks, x, CheckpointMode::kFull, 1);
+  const StepReport sel = runStep(blocks, x, CheckpointMode::kSelective, 1);
   EXPECT_LT(full.kept_after_forward, sel.kept_after_forward);
   EXPECT_LT(sel.kept_after_forward, off.kept_after_forward);
   // What selective keeps beyond full is what it saved (plus nothing else).

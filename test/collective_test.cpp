@@ -5,15 +5,16 @@
 // give gradients bit-identical to the same step without checkpointing.
 // See Note [In-place collectives] in replay/invocation.cpp.
 //
-// The expert-parallel all-to-all (tools/dist, built from c10d::send and
+// The expert-parallel all-to-all (tools/distributed/parallel_ops.cpp, built from c10d::send and
 // c10d::recv_ because Gloo on 1.13 has no alltoall) on three ranks: selective
 // serves both sides in the recompute and re-issues nothing; full re-issues
 // them symmetrically; gradients bit-identical to no checkpointing.
 #include "policy/selective_policy.h"
-#include "tools/dist/dist.h"
+#include "tools/distributed/counting_group.h"
+#include "tools/distributed/parallel_ops.h"
 #include "replay/checkpoint.h"
-#include "test/parity.h"
-#include "tools/evidence.h"
+#include "test/support/parity.h"
+#include "tools/evidence/evidence.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -45,10 +46,9 @@ struct AllReduceSum : public torch::autograd::Function<AllReduceSum> {
 
 // `layer(x)` as is (off), or checkpointed whole (full) or with the selective policy.
 template <typename Layer>
-at::Tensor runInMode(const Layer& layer, const at::Tensor& x, Mode mode, const std::shared_ptr<InvocationStats>& stats) {
-  if (mode == Mode::kOff) return layer(x);
-  CheckpointOptions o;
-  if (mode == Mode::kSelective) o.policy = selectivePolicy();
+at::Tensor runInMode(const Layer& layer, const at::Tensor& x, CheckpointMode mode, const std::shared_ptr<InvocationStats>& stats) {
+  if (mode == CheckpointMode::kOff) return layer(x);
+  CheckpointOptions o = checkpointOptionsFor(mode);
   o.stats_out = stats;
   return checkpoint(layer, x, o);
 }
@@ -60,7 +60,7 @@ struct RankResult {
   InvocationStats stats;
 };
 
-RankResult runRank(int rank, const c10::intrusive_ptr<c10d::Store>& store, Mode mode) {
+RankResult runRank(int rank, const c10::intrusive_ptr<c10d::Store>& store, CheckpointMode mode) {
   auto options = c10d::ProcessGroupGloo::Options::create();
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   dist::CollectiveCounts counts;
@@ -101,13 +101,13 @@ std::vector<Result> runRanks(int n, RankFn rank_fn) {
   return results;
 }
 
-std::vector<RankResult> runTwoRanks(Mode mode) {
+std::vector<RankResult> runTwoRanks(CheckpointMode mode) {
   return runRanks<RankResult>(2, [mode](int rank, const auto& store) { return runRank(rank, store, mode); });
 }
 
 TEST(Collectives, SelectiveServesTheAllReduceWithoutReissuingIt) {
-  const auto off = runTwoRanks(Mode::kOff);
-  const auto sel = runTwoRanks(Mode::kSelective);
+  const auto off = runTwoRanks(CheckpointMode::kOff);
+  const auto sel = runTwoRanks(CheckpointMode::kSelective);
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_EQ(off[rank].total_calls, 1);
     EXPECT_EQ(sel[rank].forward_calls, 1) << "rank " << rank;
@@ -118,8 +118,8 @@ TEST(Collectives, SelectiveServesTheAllReduceWithoutReissuingIt) {
 }
 
 TEST(Collectives, FullReissuesTheAllReduceSymmetrically) {
-  const auto off = runTwoRanks(Mode::kOff);
-  const auto full = runTwoRanks(Mode::kFull);
+  const auto off = runTwoRanks(CheckpointMode::kOff);
+  const auto full = runTwoRanks(CheckpointMode::kFull);
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_EQ(full[rank].forward_calls, 1);
     EXPECT_EQ(full[rank].total_calls, 2) << "rank " << rank << ": forward 1 + recompute 1";
@@ -137,7 +137,7 @@ struct ExchangeResult {
   InvocationStats stats;
 };
 
-ExchangeResult runExchangeRank(int rank, const c10::intrusive_ptr<c10d::Store>& store, Mode mode) {
+ExchangeResult runExchangeRank(int rank, const c10::intrusive_ptr<c10d::Store>& store, CheckpointMode mode) {
   constexpr int kRanks = 3;
   dist::CollectiveCounts counts;
   auto options = c10d::ProcessGroupGloo::Options::create();
@@ -172,13 +172,13 @@ ExchangeResult runExchangeRank(int rank, const c10::intrusive_ptr<c10d::Store>& 
   return r;
 }
 
-std::vector<ExchangeResult> runThreeRanks(Mode mode) {
+std::vector<ExchangeResult> runThreeRanks(CheckpointMode mode) {
   return runRanks<ExchangeResult>(3, [mode](int rank, const auto& store) { return runExchangeRank(rank, store, mode); });
 }
 
 TEST(Collectives, SelectiveServesTheAllToAllWithoutReissuingIt) {
-  const auto off = runThreeRanks(Mode::kOff);
-  const auto sel = runThreeRanks(Mode::kSelective);
+  const auto off = runThreeRanks(CheckpointMode::kOff);
+  const auto sel = runThreeRanks(CheckpointMode::kSelective);
   for (int rank = 0; rank < 3; ++rank) {
     EXPECT_EQ(off[rank].sends_total, 2 * off[rank].expected_sends) << "rank " << rank << ": forward + backward";
     EXPECT_EQ(sel[rank].sends_forward, sel[rank].expected_sends) << "rank " << rank;
@@ -191,8 +191,8 @@ TEST(Collectives, SelectiveServesTheAllToAllWithoutReissuingIt) {
 }
 
 TEST(Collectives, FullReissuesTheAllToAllSymmetrically) {
-  const auto off = runThreeRanks(Mode::kOff);
-  const auto full = runThreeRanks(Mode::kFull);
+  const auto off = runThreeRanks(CheckpointMode::kOff);
+  const auto full = runThreeRanks(CheckpointMode::kFull);
   for (int rank = 0; rank < 3; ++rank) {
     EXPECT_EQ(full[rank].sends_forward, full[rank].expected_sends) << "rank " << rank;
     EXPECT_EQ(full[rank].sends_recompute, full[rank].sends_forward) << "rank " << rank;

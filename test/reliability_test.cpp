@@ -6,9 +6,9 @@
 #include "replay/checkpoint.h"
 #include "replay/dispatch_key.h"
 #include "replay/region.h"
-#include "test/parity.h"
-#include "tools/evidence.h"
-#include "tools/moe_block.h"
+#include "test/support/parity.h"
+#include "tools/evidence/evidence.h"
+#include "tools/moe/moe_block.h"
 #include "replay/tracking_allocator.h"
 
 #include <ATen/ATen.h>
@@ -42,7 +42,7 @@ TEST(Faults, ExceptionInTheForwardLeavesNoResidue) {
   TrackingAllocator& tracker = TrackingAllocator::install();
   const auto b = blocks(2);
   const at::Tensor x = input();
-  const StepReport ref = runStep(b, x, Mode::kSelective, 5);
+  const StepReport ref = runStep(b, x, CheckpointMode::kSelective, 5);
   const uint64_t entries_before = fallbackEntriesOnThisThread();
   CheckpointOptions o;
   o.policy = selectivePolicy();
@@ -63,7 +63,7 @@ TEST(Faults, ExceptionInTheForwardLeavesNoResidue) {
   at::relu(x);
   EXPECT_EQ(fallbackEntriesOnThisThread(), entries);
   EXPECT_GT(entries, entries_before);
-  const StepReport next = runStep(b, x, Mode::kSelective, 5);
+  const StepReport next = runStep(b, x, CheckpointMode::kSelective, 5);
   EXPECT_TRUE(Matches(next.grads, ref.grads));
 }
 
@@ -71,20 +71,20 @@ TEST(Faults, OutOfMemoryDuringTheRecomputeReachesTheCallerOfBackward) {
   TrackingAllocator& tracker = TrackingAllocator::install();
   const auto b = blocks(2);
   const at::Tensor x = input();
-  const StepReport ref = runStep(b, x, Mode::kSelective, 6);
+  const StepReport ref = runStep(b, x, CheckpointMode::kSelective, 6);
   // The first failed backward in a process leaves a constant ~0.5 MB behind in
   // libtorch itself, with or without checkpointing (measured: the same bytes
   // after a failure in mode off). So the baseline is taken after one failure
   // in mode off; failures under full and selective must add nothing to it.
   int64_t after_step = -1;
-  for (Mode mode : {Mode::kOff, Mode::kFull, Mode::kSelective, Mode::kFull, Mode::kSelective}) {
+  for (CheckpointMode mode : {CheckpointMode::kOff, CheckpointMode::kFull, CheckpointMode::kSelective, CheckpointMode::kFull, CheckpointMode::kSelective}) {
     {
       at::Tensor xr = x.clone().set_requires_grad(true);
-      CheckpointOptions o;
-      if (mode == Mode::kSelective) o.policy = selectivePolicy();
       at::Tensor h = xr;
       for (const MoeBlock& block : b) {
-        h = mode == Mode::kOff ? block.forward(h) : checkpoint([&block](const at::Tensor& in) { return block.forward(in); }, h, o);
+        h = mode == CheckpointMode::kOff
+                ? block.forward(h)
+                : checkpoint([&block](const at::Tensor& in) { return block.forward(in); }, h, checkpointOptionsFor(mode));
       }
       at::Tensor loss = h.pow(2).mean();
       tracker.failAfter(40);  // inside the first recompute
@@ -100,9 +100,9 @@ TEST(Faults, OutOfMemoryDuringTheRecomputeReachesTheCallerOfBackward) {
     // The autograd engine keeps the failed graph task's pending node tasks in
     // this thread's ready queue until the next backward drains them (libtorch
     // behaviour), so residue is measured after the next step.
-    const StepReport next = runStep(b, x, Mode::kSelective, 6);
+    const StepReport next = runStep(b, x, CheckpointMode::kSelective, 6);
     EXPECT_TRUE(Matches(next.grads, ref.grads)) << toString(mode);
-    if (mode == Mode::kOff) {
+    if (mode == CheckpointMode::kOff) {
       after_step = tracker.currentBytes();
       continue;
     }
@@ -119,19 +119,18 @@ TEST(Faults, SoakWithoutBackwardAndWithBackwardDoesNotGrow) {
   const std::vector<MoeBlock> b{MoeBlock(tiny, 1), MoeBlock(tiny, 2)};
   at::manual_seed(3);
   const at::Tensor x = at::randn({1, 8, 16});
-  for (Mode mode : {Mode::kOff, Mode::kFull, Mode::kSelective}) {
+  for (CheckpointMode mode : {CheckpointMode::kOff, CheckpointMode::kFull, CheckpointMode::kSelective}) {
     runStep(b, x, mode, 1);  // warm-up: gradients allocated once
     const int64_t baseline = tracker.currentBytes();
     for (int step = 0; step < 1000; ++step) {
       if (step % 2 == 0) {
         runStep(b, x, mode, 1);
       } else {  // forward only, graph dropped
-        CheckpointOptions o;
-        if (mode == Mode::kSelective) o.policy = selectivePolicy();
         at::Tensor h = x.clone().set_requires_grad(true);
         for (const MoeBlock& block : b) {
-          h = mode == Mode::kOff ? block.forward(h)
-                                 : checkpoint([&block](const at::Tensor& in) { return block.forward(in); }, h, o);
+          h = mode == CheckpointMode::kOff
+                  ? block.forward(h)
+                  : checkpoint([&block](const at::Tensor& in) { return block.forward(in); }, h, checkpointOptionsFor(mode));
         }
       }
       ASSERT_EQ(tracker.currentBytes(), baseline) << toString(mode) << " grew at step " << step;
@@ -154,7 +153,7 @@ TEST(Faults, NestedCheckpointIsRejectedClearly) {
 TEST(Random, DropoutReplaysEvenWhenTheGlobalRngMovesBeforeBackward) {
   const auto b = blocks(2);
   const at::Tensor x0 = input();
-  auto step = [&](Mode mode) {
+  auto step = [&](CheckpointMode mode) {
     for (const MoeBlock& block : b) {
       for (at::Tensor p : block.parameters()) p.mutable_grad().reset();
     }
@@ -162,10 +161,9 @@ TEST(Random, DropoutReplaysEvenWhenTheGlobalRngMovesBeforeBackward) {
     at::manual_seed(42);
     at::Tensor h = x;
     for (const MoeBlock& block : b) {
-      CheckpointOptions o;
-      if (mode == Mode::kSelective) o.policy = selectivePolicy();
-      h = mode == Mode::kOff ? block.forward(h)
-                             : checkpoint([&block](const at::Tensor& in) { return block.forward(in); }, h, o);
+      h = mode == CheckpointMode::kOff
+              ? block.forward(h)
+              : checkpoint([&block](const at::Tensor& in) { return block.forward(in); }, h, checkpointOptionsFor(mode));
     }
     at::randn({1000});  // other code draws random numbers between forward and backward
     at::Tensor after_forward = at::randn({4});
@@ -177,9 +175,9 @@ TEST(Random, DropoutReplaysEvenWhenTheGlobalRngMovesBeforeBackward) {
     }
     return g;
   };
-  const auto off = step(Mode::kOff);
-  EXPECT_TRUE(Matches(step(Mode::kFull), off));
-  EXPECT_TRUE(Matches(step(Mode::kSelective), off));
+  const auto off = step(CheckpointMode::kOff);
+  EXPECT_TRUE(Matches(step(CheckpointMode::kFull), off));
+  EXPECT_TRUE(Matches(step(CheckpointMode::kSelective), off));
 }
 
 // A policy whose matmul counter is shared by forward and recompute: the bug
@@ -253,12 +251,12 @@ TEST(Threads, IndependentModelsTrainConcurrently) {
   for (int t = 0; t < kThreads; ++t) {
     models.push_back({MoeBlock(no_dropout, 400 + t), MoeBlock(no_dropout, 500 + t)});
   }
-  for (int t = 0; t < kThreads; ++t) reference[t] = runStep(models[t], inputs[t], Mode::kOff, 0).grads;
+  for (int t = 0; t < kThreads; ++t) reference[t] = runStep(models[t], inputs[t], CheckpointMode::kOff, 0).grads;
   std::vector<double> diff(kThreads, -1);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      const Mode mode = t % 2 == 0 ? Mode::kSelective : Mode::kFull;
+      const CheckpointMode mode = t % 2 == 0 ? CheckpointMode::kSelective : CheckpointMode::kFull;
       double worst = 0;
       for (int step = 0; step < 5; ++step) {
         worst = std::max(worst, maxAbsDiff(runStep(models[t], inputs[t], mode, 0).grads, reference[t]));

@@ -4,7 +4,7 @@
 # same seed, interleaved step by step, then the comparison table (peak memory,
 # saving, step time, slowdown, max |dloss| and |dgrad| against off, recompute
 # evidence). Extra arguments go to hpac-train (see hpac-train --help); the core
-# evidence table of the checkpoint itself is build/tools/hpac-demo.
+# evidence table of the checkpoint itself is build/tools/demo/hpac-demo.
 # Then the same YAML on the real Hugging Face Qwen3MoeForCausalLM (python -m
 # hpac.hf_demo, docs/python.md), where the project's Python has transformers.
 set -euo pipefail

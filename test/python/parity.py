@@ -1,4 +1,4 @@
-"""The one comparison behind the Python parity tests (the C++ tests' is compareTensors in tools/evidence.h).
+"""The one comparison behind the Python parity tests (the C++ tests' is compareTensors in tools/evidence/compare.h).
 
 assert_same(got, ref) fails when the lists differ in length, a tensor is missing or differs in shape, either side
 holds a NaN or an infinity, a tensor is None (never equal, even at the same place), or the largest absolute difference exceeds atol;

@@ -23,9 +23,9 @@ std::string parseError(const std::string& text) {
 }
 
 TEST(TrainerConfig, EmptyAndAbsentSectionMeanOff) {
-  EXPECT_EQ(parseOk("").activation_checkpoint.mode, Mode::kOff);
+  EXPECT_EQ(parseOk("").activation_checkpoint.mode, CheckpointMode::kOff);
   const TrainConfig c = parseOk("train: {steps: 2}\n");
-  EXPECT_EQ(c.activation_checkpoint.mode, Mode::kOff);
+  EXPECT_EQ(c.activation_checkpoint.mode, CheckpointMode::kOff);
   EXPECT_TRUE(c.activation_checkpoint.allOff());
   EXPECT_EQ(c.activation_swap, ActivationSwap::kNone);
   EXPECT_EQ(c.train.steps, 2);
@@ -34,17 +34,17 @@ TEST(TrainerConfig, EmptyAndAbsentSectionMeanOff) {
 
 TEST(TrainerConfig, BareOffIsTheStringOff) {
   // YAML 1.1 readers turn a bare `off` into false; here it must mean mode off.
-  EXPECT_EQ(parseOk("activation_checkpoint:\n  mode: off\n").activation_checkpoint.mode, Mode::kOff);
-  EXPECT_EQ(parseOk("activation_checkpoint:\n  mode: \"off\"\n").activation_checkpoint.mode, Mode::kOff);
-  EXPECT_EQ(parseOk("activation_checkpoint: {mode: full}\n").activation_checkpoint.mode, Mode::kFull);
-  EXPECT_EQ(parseOk("activation_checkpoint: {mode: selective}\n").activation_checkpoint.mode, Mode::kSelective);
+  EXPECT_EQ(parseOk("activation_checkpoint:\n  mode: off\n").activation_checkpoint.mode, CheckpointMode::kOff);
+  EXPECT_EQ(parseOk("activation_checkpoint:\n  mode: \"off\"\n").activation_checkpoint.mode, CheckpointMode::kOff);
+  EXPECT_EQ(parseOk("activation_checkpoint: {mode: full}\n").activation_checkpoint.mode, CheckpointMode::kFull);
+  EXPECT_EQ(parseOk("activation_checkpoint: {mode: selective}\n").activation_checkpoint.mode, CheckpointMode::kSelective);
 }
 
 TEST(TrainerConfig, ExampleFileParses) {
   auto c = loadConfig(HPAC_SOURCE_DIR "/examples/training_demo/train.yaml");
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->model.preset, "qwen3_moe_tiny");
-  EXPECT_EQ(c->activation_checkpoint.mode, Mode::kSelective);
+  EXPECT_EQ(c->activation_checkpoint.mode, CheckpointMode::kSelective);
 }
 
 TEST(TrainerConfig, MissingFileIsNamed) {
@@ -99,16 +99,16 @@ TEST(TrainerConfig, LayerPlan) {
       "activation_checkpoint:\n  mode: full\n  layers:\n    0: off\n    \"2-3\": selective\n    5: off\n");
   const auto& ac = c.activation_checkpoint;
   ASSERT_EQ(ac.layers.size(), 3u);
-  EXPECT_EQ(ac.modeOf(0), Mode::kOff);
-  EXPECT_EQ(ac.modeOf(1), Mode::kFull);
-  EXPECT_EQ(ac.modeOf(2), Mode::kSelective);
-  EXPECT_EQ(ac.modeOf(3), Mode::kSelective);
-  EXPECT_EQ(ac.modeOf(4), Mode::kFull);
-  EXPECT_EQ(ac.modeOf(5), Mode::kOff);
+  EXPECT_EQ(ac.modeOf(0), CheckpointMode::kOff);
+  EXPECT_EQ(ac.modeOf(1), CheckpointMode::kFull);
+  EXPECT_EQ(ac.modeOf(2), CheckpointMode::kSelective);
+  EXPECT_EQ(ac.modeOf(3), CheckpointMode::kSelective);
+  EXPECT_EQ(ac.modeOf(4), CheckpointMode::kFull);
+  EXPECT_EQ(ac.modeOf(5), CheckpointMode::kOff);
   // Global off with one layer on is not "all off".
   EXPECT_FALSE(parseOk("activation_checkpoint:\n  mode: off\n  layers: {1: full}\n").activation_checkpoint.allOff());
   // A bare 1-2 is the same plain scalar as "1-2".
-  EXPECT_EQ(parseOk("activation_checkpoint:\n  layers: {1-2: full}\n").activation_checkpoint.modeOf(2), Mode::kFull);
+  EXPECT_EQ(parseOk("activation_checkpoint:\n  layers: {1-2: full}\n").activation_checkpoint.modeOf(2), CheckpointMode::kFull);
 }
 
 TEST(TrainerConfig, LayerPlanRejections) {
@@ -234,10 +234,10 @@ TEST(TrainerConfig, EffectiveSummaryNamesEverySettingRanksMustShare) {
   EXPECT_NE(sa.find("activation_checkpoint.mode=full"), std::string::npos) << sa;
   EXPECT_NE(sa.find("activation_checkpoint.layers.1-2=selective"), std::string::npos) << sa;
   EXPECT_NE(sa.find("parallel.dp=2"), std::string::npos) << sa;
-  b.activation_checkpoint.mode = Mode::kSelective;
+  b.activation_checkpoint.mode = CheckpointMode::kSelective;
   EXPECT_NE(effectiveSummary(b), sa);
   b = a;
-  b.activation_checkpoint.layers[0].mode = Mode::kFull;
+  b.activation_checkpoint.layers[0].mode = CheckpointMode::kFull;
   EXPECT_NE(effectiveSummary(b), sa) << "a different plan must be a different config";
   b = a;
   b.train.seed = 7;

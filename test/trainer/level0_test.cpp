@@ -5,7 +5,7 @@
 // tensors). Per layer and step, the recompute counts are what the route and the
 // policy predict, and peak bytes of full and selective are below off.
 #include "replay/torch_compat.h"
-#include "test/parity.h"
+#include "test/support/parity.h"
 #include "tools/trainer/qwen3_moe.h"
 #include "tools/trainer/trainer.h"
 

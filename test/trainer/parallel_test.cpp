@@ -8,8 +8,8 @@
 // recompute, full re-issues exactly the forward's.
 #include "policy/selective_policy.h"
 #include "replay/checkpoint.h"
-#include "test/parity.h"
-#include "tools/evidence.h"
+#include "test/support/parity.h"
+#include "tools/evidence/evidence.h"
 #include "tools/trainer/parallel.h"
 #include "tools/trainer/qwen3_moe.h"
 
@@ -59,7 +59,7 @@ struct RankRun {
   int64_t p2p_forward = -1, p2p_recompute = -1;
 };
 
-RankRun runRank(int rank, const c10::intrusive_ptr<c10d::Store>& store, Mode mode) {
+RankRun runRank(int rank, const c10::intrusive_ptr<c10d::Store>& store, CheckpointMode mode) {
   auto rt = std::make_shared<ParallelRuntime>();
   rt->spec.dp = kRanks;
   rt->spec.ep = kRanks;
@@ -83,12 +83,10 @@ RankRun runRank(int rank, const c10::intrusive_ptr<c10d::Store>& store, Mode mod
   RankRun r;
   rt->counts.reset();
   at::Tensor y;
-  if (mode == Mode::kOff) {
+  if (mode == CheckpointMode::kOff) {
     y = block(x);
   } else {
-    CheckpointOptions o;
-    if (mode == Mode::kSelective) o.policy = selectivePolicy();
-    y = checkpoint(block, x, o);
+    y = checkpoint(block, x, checkpointOptionsFor(mode));
   }
   r.experts_hit = moe(*model).lastExpertsHit();
   y.pow(2).sum().backward();
@@ -103,7 +101,7 @@ RankRun runRank(int rank, const c10::intrusive_ptr<c10d::Store>& store, Mode mod
   return r;
 }
 
-std::vector<RankRun> runRanks(Mode mode) {
+std::vector<RankRun> runRanks(CheckpointMode mode) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<RankRun> runs(kRanks);
   std::vector<std::thread> threads;
@@ -114,10 +112,10 @@ std::vector<RankRun> runRanks(Mode mode) {
   return runs;
 }
 
-class ExpertParallelMoe : public ::testing::TestWithParam<Mode> {};
+class ExpertParallelMoe : public ::testing::TestWithParam<CheckpointMode> {};
 
 TEST_P(ExpertParallelMoe, MatchesTheUnshardedBlockWhenOneRankGetsNoToken) {
-  const Mode mode = GetParam();
+  const CheckpointMode mode = GetParam();
   auto reference = riggedModel();
   const at::Tensor x = batch().set_requires_grad(true);
   const at::Tensor y = moe(*reference).forward(x);
@@ -142,12 +140,12 @@ TEST_P(ExpertParallelMoe, MatchesTheUnshardedBlockWhenOneRankGetsNoToken) {
     // Per rank: the count tables both ways (a send and a receive), rank 1's
     // tokens to rank 0 (one message), their results back (one message); the
     // empty chunks are skipped on both sides.
-    EXPECT_EQ(r.p2p_forward, mode == Mode::kOff ? 0 : 4) << "rank " << rank;
-    EXPECT_EQ(r.p2p_recompute, mode == Mode::kFull ? r.p2p_forward : 0) << "rank " << rank;
+    EXPECT_EQ(r.p2p_forward, mode == CheckpointMode::kOff ? 0 : 4) << "rank " << rank;
+    EXPECT_EQ(r.p2p_recompute, mode == CheckpointMode::kFull ? r.p2p_forward : 0) << "rank " << rank;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, ExpertParallelMoe, ::testing::Values(Mode::kOff, Mode::kFull, Mode::kSelective),
+INSTANTIATE_TEST_SUITE_P(Modes, ExpertParallelMoe, ::testing::Values(CheckpointMode::kOff, CheckpointMode::kFull, CheckpointMode::kSelective),
                          [](const auto& info) { return std::string(toString(info.param)); });
 
 }  // namespace

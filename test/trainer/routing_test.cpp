@@ -2,8 +2,8 @@
 // takes each branch of the decision tree; KV sharing; activation_swap; the
 // per-layer plan; the checkpoint seam; state_dict round trip and resume.
 #include "plugin/fallback.h"
-#include "test/parity.h"
-#include "tools/tracking_allocator.h"
+#include "test/support/parity.h"
+#include "replay/tracking_allocator.h"
 #include "tools/trainer/qwen3_moe.h"
 #include "tools/trainer/routing.h"
 #include "tools/trainer/trainer.h"
@@ -85,10 +85,10 @@ TEST(TrainerRouting, SelectiveWrapsEveryLayerWhole) {
     const Prepared p = prepare(config(preset, "selective"));
     ASSERT_FALSE(p.prep.layers.empty()) << preset;
     for (const PreparedLayer& l : p.prep.layers) {
-      EXPECT_EQ(l.setting.layer, Mode::kSelective) << preset << " " << l.layer.path;
+      EXPECT_EQ(l.setting.layer, CheckpointMode::kSelective) << preset << " " << l.layer.path;
       EXPECT_FALSE(l.setting.reentrant);
       EXPECT_TRUE(l.setting.submodules.empty());
-      EXPECT_EQ(l.layer.checkpointable->checkpointSetting().layer, Mode::kSelective);
+      EXPECT_EQ(l.layer.checkpointable->checkpointSetting().layer, CheckpointMode::kSelective);
     }
     EXPECT_EQ(p.prep.layers_wrapped, static_cast<int64_t>(p.prep.layers.size())) << preset;
     EXPECT_EQ(p.prep.submodules_wrapped, 0);
@@ -102,7 +102,7 @@ TEST(TrainerRouting, FullNativePath) {
     ASSERT_TRUE(p.prep.full_route.has_value());
     EXPECT_EQ(*p.prep.full_route, FullRoute::kNative) << preset << ": " << p.prep.full_route_reason;
     for (const PreparedLayer& l : p.prep.layers) {
-      EXPECT_EQ(l.setting.layer, Mode::kFull);
+      EXPECT_EQ(l.setting.layer, CheckpointMode::kFull);
       EXPECT_TRUE(l.setting.reentrant);
     }
     EXPECT_TRUE(anyMessage(p.prep, "full: native path")) << preset;
@@ -117,7 +117,7 @@ TEST(TrainerRouting, FullWithCompileWrapsAttentionAndMlpOnly) {
   EXPECT_EQ(*p.prep.full_route, FullRoute::kCompile);
   for (const PreparedLayer& l : p.prep.layers) {
     EXPECT_EQ(submodulesOf(l), (std::set<std::string>{"self_attn", "mlp"})) << l.layer.path;
-    EXPECT_EQ(l.setting.layer, Mode::kOff);
+    EXPECT_EQ(l.setting.layer, CheckpointMode::kOff);
   }
   EXPECT_EQ(p.prep.submodules_wrapped, 8);
 }
@@ -174,10 +174,14 @@ TEST(TrainerRouting, NamesOutsideTheAliasListsWrapNothingAndWarn) {
 // The decision order (Note [Full decision order] in routing.cpp), one test per branch beyond the ones above:
 // a model that is not language-tower-only takes the submodule path even with compile on (it used to take the
 // compile path and never wrap its norms); KV sharing comes before compile; compile comes before the native checks.
-TEST(TrainerRouting, FullTwoTowersWithCompileTakesSubmodulesFirst) {
-  TrainConfig c = config("llava_tiny", "full");
+Prepared prepareFullWithCompile(const std::string& model) {
+  TrainConfig c = config(model, "full");
   c.train.compile = true;
-  const Prepared p = prepare(c);
+  return prepare(c);
+}
+
+TEST(TrainerRouting, FullTwoTowersWithCompileTakesSubmodulesFirst) {
+  const Prepared p = prepareFullWithCompile("llava_tiny");
   ASSERT_TRUE(p.prep.full_route.has_value());
   EXPECT_EQ(*p.prep.full_route, FullRoute::kSubmodules) << p.prep.full_route_reason;
   EXPECT_NE(p.prep.full_route_reason.find("not language-tower-only"), std::string::npos) << p.prep.full_route_reason;
@@ -189,9 +193,7 @@ TEST(TrainerRouting, FullTwoTowersWithCompileTakesSubmodulesFirst) {
 }
 
 TEST(TrainerRouting, FullKvSharingWithCompileTakesSubmodulesWithoutAttention) {
-  TrainConfig c = config("gemma3n_kv_tiny", "full");
-  c.train.compile = true;
-  const Prepared p = prepare(c);
+  const Prepared p = prepareFullWithCompile("gemma3n_kv_tiny");
   ASSERT_TRUE(p.prep.full_route.has_value());
   EXPECT_EQ(*p.prep.full_route, FullRoute::kSubmodules) << p.prep.full_route_reason;
   EXPECT_NE(p.prep.full_route_reason.find("KV sharing"), std::string::npos) << p.prep.full_route_reason;
@@ -216,7 +218,7 @@ TEST(TrainerRouting, KvSharingKeepsCacheAndNeverCheckpointsAttention) {
     EXPECT_TRUE(p.model->config().use_cache);
     EXPECT_TRUE(p.model->config().sub_configs.at("text_config")->use_cache);
     for (const PreparedLayer& l : p.prep.layers) {
-      EXPECT_EQ(l.setting.layer, Mode::kOff) << mode;
+      EXPECT_EQ(l.setting.layer, CheckpointMode::kOff) << mode;
       EXPECT_EQ(submodulesOf(l), (std::set<std::string>{"mlp", "input_layernorm", "post_attention_layernorm"}))
           << mode << " " << l.layer.path;
     }
@@ -281,9 +283,9 @@ TEST(TrainerRouting, PerLayerPlan) {
       config("qwen3_moe_tiny", "off", "  layers: {0: off, \"1-2\": selective, 3: full}\n"));
   ASSERT_EQ(p.prep.layers.size(), 4u);
   EXPECT_FALSE(p.prep.layers[0].setting.enabled());
-  EXPECT_EQ(p.prep.layers[1].setting.layer, Mode::kSelective);
-  EXPECT_EQ(p.prep.layers[2].setting.layer, Mode::kSelective);
-  EXPECT_EQ(p.prep.layers[3].setting.layer, Mode::kFull);
+  EXPECT_EQ(p.prep.layers[1].setting.layer, CheckpointMode::kSelective);
+  EXPECT_EQ(p.prep.layers[2].setting.layer, CheckpointMode::kSelective);
+  EXPECT_EQ(p.prep.layers[3].setting.layer, CheckpointMode::kFull);
   EXPECT_TRUE(p.prep.layers[3].setting.reentrant);
   EXPECT_EQ(p.prep.layers_wrapped, 3);
 
@@ -328,14 +330,14 @@ TEST(TrainerSeam, SettingsAreValidated) {
   auto model = makeZooModel(*modelPreset("qwen3_moe_tiny"), 1);
   auto* layer = dynamic_cast<Qwen3MoeForCausalLM&>(*model).model->layers[0]->as<Qwen3MoeDecoderLayerImpl>();
   CheckpointSetting both;
-  both.layer = Mode::kFull;
-  both.submodules["mlp"] = Mode::kFull;
+  both.layer = CheckpointMode::kFull;
+  both.submodules["mlp"] = CheckpointMode::kFull;
   EXPECT_THROW(layer->setCheckpoint(both), c10::Error);
   CheckpointSetting unknown;
-  unknown.submodules["feed_forward"] = Mode::kFull;
+  unknown.submodules["feed_forward"] = CheckpointMode::kFull;
   EXPECT_THROW(layer->setCheckpoint(unknown), c10::Error);
   CheckpointSetting reentrant_selective;
-  reentrant_selective.layer = Mode::kSelective;
+  reentrant_selective.layer = CheckpointMode::kSelective;
   reentrant_selective.reentrant = true;
   EXPECT_THROW(layer->setCheckpoint(reentrant_selective), c10::Error);
   EXPECT_FALSE(layer->checkpointSetting().enabled());

@@ -10,15 +10,15 @@
 namespace hpac::trainer {
 
 void CheckpointableLayer::setCheckpoint(CheckpointSetting setting) {
-  TORCH_CHECK(setting.layer == Mode::kOff || setting.submodules.empty(), "hpac: layer ", name(),
+  TORCH_CHECK(setting.layer == CheckpointMode::kOff || setting.submodules.empty(), "hpac: layer ", name(),
               ": whole-layer and submodule checkpointing cannot be combined (checkpoint regions do not nest)");
-  TORCH_CHECK(!setting.reentrant || setting.layer == Mode::kFull, "hpac: layer ", name(),
+  TORCH_CHECK(!setting.reentrant || setting.layer == CheckpointMode::kFull, "hpac: layer ", name(),
               ": the reentrant (native) path is full checkpointing only, got mode ", toString(setting.layer));
   const auto children = named_children();
   for (const auto& [child, mode] : setting.submodules) {
     TORCH_CHECK(children.contains(child), "hpac: layer ", name(), " has no submodule '", child,
                 "' to checkpoint");
-    TORCH_CHECK(mode != Mode::kOff, "hpac: layer ", name(), ": submodule '", child, "' listed with mode off");
+    TORCH_CHECK(mode != CheckpointMode::kOff, "hpac: layer ", name(), ": submodule '", child, "' listed with mode off");
   }
   setting_ = std::move(setting);
 }
@@ -37,9 +37,8 @@ LayerStats CheckpointableLayer::takeStats() {
   return out;
 }
 
-CheckpointOptions CheckpointableLayer::options(Mode mode, bool reentrant) {
-  CheckpointOptions options;
-  if (mode == Mode::kSelective) options.policy = selectivePolicy();
+CheckpointOptions CheckpointableLayer::options(CheckpointMode mode, bool reentrant) {
+  CheckpointOptions options = checkpointOptionsFor(mode);
   if (reentrant) {
     options.use_reentrant = true;
     for (const at::Tensor& p : parameters()) {
@@ -53,7 +52,7 @@ CheckpointOptions CheckpointableLayer::options(Mode mode, bool reentrant) {
 std::vector<at::Tensor> CheckpointableLayer::runLayer(const std::vector<at::Tensor>& inputs,
                                                       const CheckpointFn& body) {
   // Evaluation or no-grad: nothing to checkpoint (and no invocation to count).
-  if (setting_.layer == Mode::kOff || !is_training() || !at::GradMode::is_enabled()) return body(inputs);
+  if (setting_.layer == CheckpointMode::kOff || !is_training() || !at::GradMode::is_enabled()) return body(inputs);
   return checkpoint(body, inputs, options(setting_.layer, setting_.reentrant));
 }
 

@@ -35,8 +35,8 @@
 #pragma once
 
 #include "replay/checkpoint.h"
+#include "replay/checkpoint_mode.h"
 #include "replay/invocation.h"
-#include "tools/evidence.h"  // hpac::Mode
 
 #include <torch/nn/module.h>
 
@@ -51,13 +51,13 @@ namespace hpac::trainer {
 // How one layer is checkpointed. Either the whole layer (`layer` != off) or a
 // set of its submodule call sites, never both (regions do not nest).
 struct CheckpointSetting {
-  Mode layer = Mode::kOff;
+  CheckpointMode layer = CheckpointMode::kOff;
   // Whole layer, full only: the reentrant path with the layer's parameters.
   bool reentrant = false;
   // Call-site (child) name -> mode.
-  std::map<std::string, Mode> submodules;
+  std::map<std::string, CheckpointMode> submodules;
 
-  bool enabled() const { return layer != Mode::kOff || !submodules.empty(); }
+  bool enabled() const { return layer != CheckpointMode::kOff || !submodules.empty(); }
 };
 
 // The invocations of one layer whose graphs were released, summed.
@@ -93,7 +93,7 @@ class CheckpointableLayer : public torch::nn::Module {
                            const std::function<at::Tensor(const at::Tensor&)>& fn);
 
  private:
-  CheckpointOptions options(Mode mode, bool reentrant);
+  CheckpointOptions options(CheckpointMode mode, bool reentrant);
 
   CheckpointSetting setting_;
   std::vector<std::shared_ptr<InvocationStats>> pending_;

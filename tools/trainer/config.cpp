@@ -229,10 +229,10 @@ class ConfigParser {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<Mode> mode(const YAML::Node& node, const std::string& key) {
+  absl::StatusOr<CheckpointMode> mode(const YAML::Node& node, const std::string& key) {
     std::string text;
-    HPAC_ASSIGN_OR_RETURN(text, r_.oneOf(node, key, {"off", "full", "selective"}));
-    return parseMode(text);
+    HPAC_ASSIGN_OR_RETURN(text, r_.oneOf(node, key, checkpointModeNames()));
+    return checkpointModeOrThrow(text);
   }
 
   absl::Status parseCheckpoint(const YAML::Node& node, const ModelSpec& model, ActivationCheckpointSpec& ac) {
@@ -311,7 +311,7 @@ absl::StatusOr<ModelSpec> modelPreset(const std::string& name) {
   return it->second;
 }
 
-Mode ActivationCheckpointSpec::modeOf(int64_t index) const {
+CheckpointMode ActivationCheckpointSpec::modeOf(int64_t index) const {
   for (const LayerRange& r : layers) {
     if (index >= r.first && index <= r.last) return r.mode;
   }
@@ -319,8 +319,8 @@ Mode ActivationCheckpointSpec::modeOf(int64_t index) const {
 }
 
 bool ActivationCheckpointSpec::allOff() const {
-  if (mode != Mode::kOff) return false;
-  return std::all_of(layers.begin(), layers.end(), [](const LayerRange& r) { return r.mode == Mode::kOff; });
+  if (mode != CheckpointMode::kOff) return false;
+  return std::all_of(layers.begin(), layers.end(), [](const LayerRange& r) { return r.mode == CheckpointMode::kOff; });
 }
 
 const char* toString(ActivationSwap swap) { return swap == ActivationSwap::kAttention ? "attention" : "none"; }

@@ -31,7 +31,7 @@
 //     fsdp: true                 # attention projections sharded over the dp ranks
 #pragma once
 
-#include "tools/evidence.h"  // hpac::Mode, toString, parseMode
+#include "replay/checkpoint_mode.h"
 
 #include "absl/status/statusor.h"
 
@@ -83,15 +83,15 @@ struct TrainSpec {
 struct LayerRange {
   int64_t first = 0;
   int64_t last = 0;
-  Mode mode = Mode::kOff;
+  CheckpointMode mode = CheckpointMode::kOff;
   std::string where;  // "file:line:col" of the key, for later errors
 };
 
 struct ActivationCheckpointSpec {
-  Mode mode = Mode::kOff;
+  CheckpointMode mode = CheckpointMode::kOff;
   std::vector<LayerRange> layers;  // sorted by first, non-overlapping
   // The mode of language-tower layer `index` (the plan entry covering it, else `mode`).
-  Mode modeOf(int64_t index) const;
+  CheckpointMode modeOf(int64_t index) const;
   // True when no layer can be checkpointed (mode off and every plan entry off).
   bool allOff() const;
 };

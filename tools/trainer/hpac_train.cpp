@@ -13,12 +13,12 @@
 // Exit status: 0 ok; 1 the comparison found full or selective off the
 // no-checkpoint run beyond the fp32 tolerance; 2 bad command line, config or
 // model preparation.
-#include "tools/dist/launcher.h"
+#include "tools/launch/launcher.h"
 #include "tools/trainer/config.h"
 #include "tools/trainer/parallel.h"
 #include "tools/trainer/registry.h"
 #include "tools/trainer/trainer.h"
-#include "tools/version.h"
+#include "plugin/version_line.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -136,7 +136,7 @@ int main(int argc, char** argv) try {
 
   auto config = loadConfig(config_path);
   if (!config.ok()) return fail(std::string(config.status().message()));
-  if (mode) config->activation_checkpoint.mode = hpac::parseMode(*mode);
+  if (mode) config->activation_checkpoint.mode = hpac::checkpointModeOrThrow(*mode);
   if (steps) config->train.steps = *steps;
 
   absl::StatusOr<ModelRegistry> registry =
@@ -216,7 +216,7 @@ int main(int argc, char** argv) try {
                  "step_time: median of forward+backward+AdamW, modes interleaved step by step\n";
     double worst_loss = 0, worst_grad = 0;
     for (const CompareRow& row : result->rows) {
-      if (row.mode == hpac::Mode::kOff && !parallel) continue;
+      if (row.mode == hpac::CheckpointMode::kOff && !parallel) continue;
       std::cout << absl::StrFormat("parity %-9s vs %s over %d steps: max |dloss| %.3g, max |dgrad| %.3g%s\n",
                                    hpac::toString(row.mode), parallel ? "the 1-rank run" : "off",
                                    config->train.steps, row.max_loss_diff, row.max_grad_diff,
@@ -239,7 +239,7 @@ int main(int argc, char** argv) try {
 
   auto trainer = Trainer::create(*config, *registry, logToStderr, parallel);
   if (!trainer.ok()) return fail(std::string(trainer.status().message()));
-  const hpac::Mode m = config->activation_checkpoint.mode;
+  const hpac::CheckpointMode m = config->activation_checkpoint.mode;
   std::vector<double> seconds;
   int64_t peak = -1, recomputed = 0, served = 0;
   double first_loss = 0, last_loss = 0;

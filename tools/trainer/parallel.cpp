@@ -1,5 +1,7 @@
 #include "tools/trainer/parallel.h"
 
+#include "tools/distributed/parallel_ops.h"
+#include "tools/distributed/rendezvous.h"
 #include "tools/trainer/qwen3_moe.h"
 
 #include "absl/strings/match.h"

@@ -24,7 +24,7 @@
 // ep_rank * num_experts / ep).
 #pragma once
 
-#include "tools/dist/dist.h"
+#include "tools/distributed/counting_group.h"
 #include "tools/trainer/config.h"
 
 #include "absl/status/statusor.h"

@@ -1,6 +1,6 @@
 #include "tools/trainer/qwen3_moe.h"
 
-#include "tools/dist/dist.h"
+#include "tools/distributed/parallel_ops.h"
 #include "tools/trainer/parallel.h"
 
 #include <ATen/ATen.h>
@@ -80,35 +80,22 @@ Qwen3MoeSparseMoeBlockImpl::Qwen3MoeSparseMoeBlockImpl(const ModelSpec& spec)
   }
 }
 
-std::pair<at::Tensor, at::Tensor> Qwen3MoeSparseMoeBlockImpl::route(const at::Tensor& flat) {
-  at::Tensor routing_weights = at::softmax(gate(flat), 1, at::kFloat);
-  at::Tensor selected;
-  std::tie(routing_weights, selected) = at::topk(routing_weights, top_k_, -1);
-  if (norm_topk_prob_) routing_weights /= routing_weights.sum(-1, /*keepdim=*/true);  // in place, as HF
-  return {routing_weights.to(flat.scalar_type()), selected};
+TopKRouting Qwen3MoeSparseMoeBlockImpl::route(const at::Tensor& flat) {
+  return routeTopK(gate(flat), top_k_, norm_topk_prob_, flat.scalar_type());
 }
 
 at::Tensor Qwen3MoeSparseMoeBlockImpl::forward(const at::Tensor& x) {
   if (par_) return forwardParallel(x);
-  const int64_t h = x.size(-1);
-  const at::Tensor flat = x.reshape({-1, h});
-  const auto [routing_weights, selected] = route(flat);
-
-  at::Tensor out = at::zeros({flat.size(0), h}, x.options());
-  // expert_mask [E, top_k, tokens]: which (slot, token) pairs each expert serves.
-  const at::Tensor expert_mask = at::one_hot(selected, num_experts_).permute({2, 1, 0});
-  const at::Tensor hit = at::nonzero(expert_mask.sum({-1, -2}) > 0).flatten();
-  last_experts_hit_ = hit.numel();
-  const auto hit_list = hit.accessor<int64_t, 1>();
-  for (int64_t i = 0; i < hit.numel(); ++i) {
-    const int64_t e = hit_list[i];
-    const auto where = at::where(expert_mask[e]);
-    const at::Tensor& slot = where[0];
-    const at::Tensor& token = where[1];
-    const at::Tensor state = flat.index_select(0, token);
-    const at::Tensor weight = routing_weights.index({token, slot}).unsqueeze(-1);
-    const at::Tensor y = experts->ptr<Qwen3MoeMLPImpl>(e)->forward(state) * weight;
-    out.index_add_(0, token, y.to(out.scalar_type()));
+  const at::Tensor flat = x.reshape({-1, x.size(-1)});
+  const TopKRouting routing = route(flat);
+  at::Tensor out = at::zeros_like(flat);
+  last_experts_hit_ = 0;
+  for (int64_t e = 0; e < num_experts_; ++e) {
+    const ExpertTokens hit = tokensFor(routing, e);
+    if (hit.empty()) continue;  // only the experts actually hit run, as in HF
+    ++last_experts_hit_;
+    const at::Tensor y = experts->ptr<Qwen3MoeMLPImpl>(e)->forward(flat.index_select(0, hit.token)) * hit.weight;
+    out.index_add_(0, hit.token, y.to(out.scalar_type()));
   }
   return out.view(x.sizes());
 }
@@ -125,12 +112,9 @@ at::Tensor Qwen3MoeSparseMoeBlockImpl::forwardParallel(const at::Tensor& x) {
   const ParallelRuntime& rt = *par_;
   const int64_t h = x.size(-1), ep = rt.spec.ep, local = rt.localExperts();
   const at::Tensor flat = x.reshape({-1, h});
-  const auto [routing_weights, selected] = route(flat);
-
-  const at::Tensor choice = selected.reshape({-1});
-  const at::Tensor order = std::get<1>(at::sort(choice, /*stable=*/true, 0, /*descending=*/false));
-  const at::Tensor token = at::div(order, top_k_, "floor");
-  const at::Tensor per_expert = at::bincount(choice, {}, num_experts_);
+  const ExpertOrder sorted = sortByExpert(route(flat), num_experts_);
+  const at::Tensor& token = sorted.token;
+  const at::Tensor& per_expert = sorted.per_expert;
   const at::Tensor table = dist::exchangeCounts(per_expert.view({ep, local}).contiguous(), rt.ep_pg);
   const auto sent = per_expert.accessor<int64_t, 1>();
   const auto got = table.accessor<int64_t, 2>();  // got[src][j]: rows from src for my expert j
@@ -172,9 +156,8 @@ at::Tensor Qwen3MoeSparseMoeBlockImpl::forwardParallel(const at::Tensor& x) {
     processed = dist::reduceFromTensorParallel(at::cat(outs).index_select(0, at::tensor(inverse)), rt.tp_pg);
   }
   const at::Tensor combined = dist::allToAll(processed, recv_counts, send_counts, rt.ep_pg);
-  const at::Tensor weight = routing_weights.reshape({-1}).index_select(0, order).unsqueeze(-1);
   at::Tensor out = at::zeros({flat.size(0), h}, x.options());
-  out.index_add_(0, token, (combined * weight).to(out.scalar_type()));
+  out.index_add_(0, token, (combined * sorted.weight).to(out.scalar_type()));
   return out.view(x.sizes());
 }
 

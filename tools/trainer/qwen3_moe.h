@@ -11,6 +11,7 @@
 // Sizes from a ModelSpec (qwen3_moe_tiny ... qwen3_moe_30b_a3b).
 #pragma once
 
+#include "tools/moe/moe_router.h"
 #include "tools/trainer/checkpointable.h"
 #include "tools/trainer/zoo_common.h"
 
@@ -66,8 +67,8 @@ class Qwen3MoeSparseMoeBlockImpl : public torch::nn::Module {
   // Tokens dispatched all-to-all to the EP rank owning their expert, the
   // experts' width split over the TP group, results combined all-to-all.
   at::Tensor forwardParallel(const at::Tensor& x);
-  // The router over tokens [N, hidden]: top-k weights (x's dtype) and expert ids, [N, top_k] each.
-  std::pair<at::Tensor, at::Tensor> route(const at::Tensor& flat);
+  // The router (tools/moe/moe_router.h) over tokens [N, hidden], weights in their dtype.
+  TopKRouting route(const at::Tensor& flat);
   std::shared_ptr<const ParallelRuntime> par_;
   int64_t num_experts_, top_k_;
   bool norm_topk_prob_;

@@ -69,7 +69,7 @@ absl::StatusOr<Preparation> prepareModel(ZooModel& model, const TrainConfig& con
   const ActivationCheckpointSpec& ac = config.activation_checkpoint;
 
   if (config.activation_swap == ActivationSwap::kAttention && !ac.allOff()) {
-    const std::string mode = ac.mode != Mode::kOff
+    const std::string mode = ac.mode != CheckpointMode::kOff
                                  ? std::string(toString(ac.mode))
                                  : std::string("off with checkpointed layers in activation_checkpoint.layers");
     return absl::FailedPreconditionError(absl::StrCat(
@@ -138,7 +138,7 @@ absl::StatusOr<Preparation> prepareModel(ZooModel& model, const TrainConfig& con
   // Full: one route for the model (6.2).
   bool any_full = false, all_native = true, all_trainable = true;
   for (const PreparedLayer& p : prep.layers) {
-    if (p.mode != Mode::kFull) continue;
+    if (p.mode != CheckpointMode::kFull) continue;
     any_full = true;
     all_native = all_native && p.layer.checkpointable != nullptr && p.layer.checkpointable->supportsNativeCheckpoint();
     all_trainable = all_trainable && trainable(*p.layer.module);
@@ -172,7 +172,7 @@ absl::StatusOr<Preparation> prepareModel(ZooModel& model, const TrainConfig& con
   const AliasLists& a = registry.aliases;
   bool warned_degrade = false;
   for (PreparedLayer& p : prep.layers) {
-    if (p.mode == Mode::kOff) continue;
+    if (p.mode == CheckpointMode::kOff) continue;
     if (p.layer.checkpointable == nullptr) {
       logger.warn(absl::StrCat("layer ", p.layer.path, " (", p.layer.module->name(),
                                ") has no checkpoint seam (not a CheckpointableLayer); left unwrapped"));
@@ -180,9 +180,9 @@ absl::StatusOr<Preparation> prepareModel(ZooModel& model, const TrainConfig& con
     }
     CheckpointSetting s;
     std::vector<std::string> subs;
-    if (p.mode == Mode::kSelective && !prep.kv_sharing) {
-      s.layer = Mode::kSelective;
-    } else if (p.mode == Mode::kSelective) {
+    if (p.mode == CheckpointMode::kSelective && !prep.kv_sharing) {
+      s.layer = CheckpointMode::kSelective;
+    } else if (p.mode == CheckpointMode::kSelective) {
       if (!warned_degrade) {
         logger.warn("selective with KV sharing degrades to submodule checkpointing (full) of the MLP and norms; "
                     "attention is not checkpointed");
@@ -190,7 +190,7 @@ absl::StatusOr<Preparation> prepareModel(ZooModel& model, const TrainConfig& con
       }
       subs = childrenNamed(*p.layer.module, {&a.mlp, &a.norm1, &a.norm2, &a.mtp});
     } else if (*prep.full_route == FullRoute::kNative) {
-      s.layer = Mode::kFull;
+      s.layer = CheckpointMode::kFull;
       s.reentrant = true;
     } else if (*prep.full_route == FullRoute::kCompile) {
       subs = childrenNamed(*p.layer.module, {&a.attention, &a.mlp});
@@ -199,16 +199,16 @@ absl::StatusOr<Preparation> prepareModel(ZooModel& model, const TrainConfig& con
     } else {
       subs = childrenNamed(*p.layer.module, {&a.mlp, &a.attention, &a.norm1, &a.norm2, &a.mtp});
     }
-    for (const std::string& name : subs) s.submodules[name] = Mode::kFull;
+    for (const std::string& name : subs) s.submodules[name] = CheckpointMode::kFull;
     if (!s.enabled()) continue;
     p.layer.checkpointable->setCheckpoint(s);
     p.setting = s;
-    if (s.layer != Mode::kOff) ++prep.layers_wrapped;
+    if (s.layer != CheckpointMode::kOff) ++prep.layers_wrapped;
     prep.submodules_wrapped += static_cast<int64_t>(s.submodules.size());
   }
 
   int64_t checkpointed = 0;
-  for (const PreparedLayer& p : prep.layers) checkpointed += p.mode != Mode::kOff;
+  for (const PreparedLayer& p : prep.layers) checkpointed += p.mode != CheckpointMode::kOff;
   logger.info(absl::StrCat("wrapped ", prep.layers_wrapped, " layers whole and ", prep.submodules_wrapped,
                            " submodules (", checkpointed, " of ", prep.layers.size(), " layers planned non-off)"));
   if (prep.layers_wrapped + prep.submodules_wrapped == 0) {

@@ -51,7 +51,7 @@ void logToStderr(LogLevel level, const std::string& message);
 struct PreparedLayer {
   LayerRef layer;
   Role role = Role::kLanguage;
-  Mode mode = Mode::kOff;     // what the plan asked for
+  CheckpointMode mode = CheckpointMode::kOff;     // what the plan asked for
   CheckpointSetting setting;  // what was applied (empty when off or not wrappable)
 };
 

@@ -1,6 +1,7 @@
 #include "tools/trainer/trainer.h"
 
-#include "tools/tracking_allocator.h"
+#include "replay/tracking_allocator.h"
+#include "tools/evidence/compare.h"
 #include "tools/trainer/qwen3_moe.h"
 
 #include "absl/strings/str_cat.h"
@@ -31,9 +32,9 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-std::string routeOf(const Preparation& p, Mode mode) {
+std::string routeOf(const Preparation& p, CheckpointMode mode) {
   if (!p.touched) return "-";
-  if (mode == Mode::kSelective) return p.kv_sharing ? "selective->submodules (KV sharing)" : "selective: whole layers";
+  if (mode == CheckpointMode::kSelective) return p.kv_sharing ? "selective->submodules (KV sharing)" : "selective: whole layers";
   if (p.full_route) return absl::StrCat("full: ", toString(*p.full_route));
   return "-";
 }
@@ -146,7 +147,7 @@ StepResult Trainer::step(int64_t index, bool keep_grads) {
   return r;
 }
 
-std::string formatStepLine(const StepResult& r, int64_t steps, Mode mode) {
+std::string formatStepLine(const StepResult& r, int64_t steps, CheckpointMode mode) {
   const std::string peak = r.peak_bytes < 0 ? "n/a (untracked)" : absl::StrFormat("%8.3f MiB", mib(r.peak_bytes));
   return absl::StrFormat("step %d/%d [%-9s] loss %.6f  step %7.1f ms  peak %s  recomputed %6d  served %5d",
                          r.step + 1, steps, toString(mode), r.loss, r.seconds * 1e3, peak,
@@ -196,18 +197,18 @@ TensorDiff parallelGradDiff(Trainer& t, const StepResult& r, Trainer& ref, const
 // The composition rules, per step and rank: no collective in a region under
 // off; full re-issues every collective in the recompute; selective serves the
 // saved ones (re-issues none) and re-gathers the FSDP shards.
-void checkCollectives(const StepResult& r, Mode mode, const ParallelSpec& p, std::vector<std::string>& failures) {
+void checkCollectives(const StepResult& r, CheckpointMode mode, const ParallelSpec& p, std::vector<std::string>& failures) {
   const StepCollectives& c = r.collectives;
   const std::string where = absl::StrCat("step ", r.step + 1, " [", toString(mode), "]: ");
   const bool has_saved = p.tp > 1 || p.ep > 1;
-  if (mode == Mode::kOff) {
+  if (mode == CheckpointMode::kOff) {
     if (c.saved_forward + c.saved_recompute + c.gathers_forward + c.gathers_recompute != 0) {
       failures.push_back(where + "collectives inside checkpoint regions with checkpointing off");
     }
     return;
   }
   if (has_saved && c.saved_forward == 0) failures.push_back(where + "no collective ran inside a forward region");
-  const int64_t want_saved = mode == Mode::kFull ? c.saved_forward : 0;
+  const int64_t want_saved = mode == CheckpointMode::kFull ? c.saved_forward : 0;
   if (c.saved_recompute != want_saved) {
     failures.push_back(absl::StrCat(where, c.saved_recompute, " allreduce/send/recv calls in recompute regions, expected ",
                                     want_saved));
@@ -227,11 +228,11 @@ std::string formatCollectives(const StepCollectives& c) {
 
 absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelRegistry& registry, std::ostream& out,
                                          const LogFn& log, std::shared_ptr<ParallelRuntime> parallel) {
-  const Mode modes[] = {Mode::kOff, Mode::kFull, Mode::kSelective};
+  const CheckpointMode modes[] = {CheckpointMode::kOff, CheckpointMode::kFull, CheckpointMode::kSelective};
   std::vector<std::unique_ptr<Trainer>> trainers;
   CompareResult result;
   result.parallel = parallel != nullptr;
-  for (Mode mode : modes) {
+  for (CheckpointMode mode : modes) {
     TrainConfig c = config;
     c.activation_checkpoint.mode = mode;
     c.activation_checkpoint.layers.clear();

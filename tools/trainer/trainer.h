@@ -87,7 +87,7 @@ class Trainer {
 };
 
 struct CompareRow {
-  Mode mode = Mode::kOff;
+  CheckpointMode mode = CheckpointMode::kOff;
   std::vector<StepResult> steps;
   int64_t peak_bytes = 0;       // max over steps
   double median_seconds = 0;
@@ -118,7 +118,7 @@ absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelR
                                          std::shared_ptr<ParallelRuntime> parallel = nullptr);
 std::string formatCompareTable(const CompareResult& result);
 // "step 3/6 [selective] loss 5.43210 step 12.3 ms peak 1.23 MiB recomputed 420 served 36"
-std::string formatStepLine(const StepResult& r, int64_t steps, Mode mode);
+std::string formatStepLine(const StepResult& r, int64_t steps, CheckpointMode mode);
 // What this process runs on: BLAS, threads, malloc tunables.
 std::string environmentLine();
 

@@ -1,11 +1,11 @@
-// GoogleTest face of compareTensors (tools/evidence.h), the one comparison
+// GoogleTest face of compareTensors (tools/evidence/compare.h), the one comparison
 // behind every parity test: NaN and infinity never match, and a failure names
 // the tensor and the index of the worst difference.
 //   EXPECT_TRUE(hpac::Matches(got, want));             // bit for bit
 //   EXPECT_TRUE(hpac::Matches(got, want, 1e-5, names)) // within a tolerance
 #pragma once
 
-#include "tools/evidence.h"
+#include "tools/evidence/evidence.h"
 
 #include <gtest/gtest.h>
 

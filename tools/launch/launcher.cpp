@@ -1,4 +1,4 @@
-#include "tools/dist/launcher.h"
+#include "tools/launch/launcher.h"
 
 #include <netinet/in.h>
 #include <poll.h>

@@ -1,15 +1,15 @@
-// hpac/tools/moe_block.h
+// hpac/tools/moe/moe_block.h
 //
 // MoeBlock: a small transformer block in the shape of a Qwen3-MoE layer, built
 // from ATen ops on plain parameter tensors, for the demo, tests and benchmarks
 // of the core. Attention: bias-free q/k/v/o projections, causal softmax
 // attention (q @ k^T arrives as bmm on torch 1.13), dropout on the attention
-// probabilities. MoE: router Linear H->E, softmax in float32, topk, in-place
-// renormalisation of the top-k weights, experts (up/down projections with
-// SiLU) looped over the experts actually hit, results written back with
-// in-place index_add_. The number of matmuls depends on the routing.
-// (The trainer's full Qwen3-MoE replica with HF module names is tools/ work of
-// its own.)
+// probabilities. MoE: the router of tools/moe/moe_router.h (softmax in
+// float32, topk, in-place renormalisation of the top-k weights), experts
+// (up/down projections with SiLU) looped over the experts actually hit, results
+// written back with in-place index_add_. The number of matmuls depends on the
+// routing. The trainer's Qwen3-MoE replica with HF module names is
+// tools/trainer/qwen3_moe.h; both route with the same router.
 #pragma once
 
 #include <ATen/core/Tensor.h>

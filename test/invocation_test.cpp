@@ -1,7 +1,7 @@
-// Replay: served kernels really do not run, served outputs equal the
-// originals, entries are released, each error is raised with its message, TLS
-// is restored after exceptions, and outside regions the fallback is never
-// entered.
+// Invocation: served kernels really do not run, served outputs equal the
+// originals, the recompute replays the forward's decisions, entries are
+// released (and reported when never asked for), each error is raised with its
+// message, writes through unsafe views are copied or refused.
 #include "plugin/fallback.h"
 #include "policy/checkpoint_policy.h"
 #include "replay/dispatch_key.h"
@@ -9,7 +9,8 @@
 #include "replay/region.h"
 
 #include "replay/torch_compat.h"
-#include "test/parity.h"
+#include "test/support/error_message.h"
+#include "test/support/parity.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -53,93 +54,18 @@ class ReplayTest : public ::testing::Test {
     return op.call(a, b);
   }
 
+  // A forward that saves two counted_mm outputs of a @ a (occurrences 1 and 2).
+  static void forwardTwoCountedMms(Invocation& inv, const at::Tensor& a) {
+    RegionGuard region(inv, Phase::kForward);
+    callCountedMm(a, a);
+    callCountedMm(a, a);
+  }
+
   static torch::Library* def_;
   static torch::Library* impl_;
 };
 torch::Library* ReplayTest::def_ = nullptr;
 torch::Library* ReplayTest::impl_ = nullptr;
-
-std::string messageOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "(no error)";
-}
-
-TEST(Plugin, FallbackIsRegisteredOnTheNamedKey) {
-  EXPECT_EQ(dispatchKey(), c10::DispatchKey::Fake);
-  EXPECT_TRUE(c10::Dispatcher::singleton().hasBackendFallbackForDispatchKey(dispatchKey()));
-  const FallbackStatus s = fallbackStatus();
-  EXPECT_TRUE(s.registered) << s.reason;
-  EXPECT_TRUE(c10::Dispatcher::singleton().findSchema({"hpac::version", ""}).has_value());
-}
-
-// Note [Why DispatchKey::Fake], measured per torch: the key is a functionality
-// key below autograd (and ADInplaceOrView) and above the dense backends, so
-// ops reach it after autograd recorded them and before a kernel runs. Where it
-// sits against Python (a TorchDispatchMode) moved: above it on 1.13, below it
-// on 2.13 (pytorch#178428), so a Python mode now sees an op before hpac does.
-TEST(Plugin, KeySitsBelowAutogradAndAboveTheBackends) {
-  using K = c10::DispatchKey;
-  const K key = dispatchKey();
-  EXPECT_TRUE(c10::toFunctionalityKey(key) == key);
-  EXPECT_LT(key, K::ADInplaceOrView);
-  EXPECT_LT(key, K::AutogradFunctionality);
-  EXPECT_LT(key, K::AutocastCPU);
-  EXPECT_GT(key, K::Dense);
-  EXPECT_GT(key, K::BackendSelect);
-  std::cout << "torch " << HPAC_TORCH_VERSION << ": " << c10::toString(key) << " is "
-            << (key > K::Python ? "above" : "below") << " Python, "
-            << (key > K::Functionalize ? "above" : "below") << " Functionalize\n";
-#if HPAC_TORCH_AT_LEAST(2, 0)
-  EXPECT_LT(key, K::Python);
-#else
-  EXPECT_GT(key, K::Python);
-#endif
-}
-
-// Note [One torch per libhpac]: what the load-time check compares.
-TEST(Plugin, RunningTorchIsTheOneBuiltFor) {
-  EXPECT_EQ(std::string(builtForTorch()), HPAC_TORCH_VERSION);
-  const std::string running = runningTorchVersion();
-  EXPECT_FALSE(running.empty());
-  EXPECT_TRUE(sameTorchRelease(running, builtForTorch())) << running << " vs " << builtForTorch();
-  EXPECT_TRUE(sameTorchRelease("2.13.0", "2.13.1+cpu"));
-  EXPECT_FALSE(sameTorchRelease("1.13.0", "2.13.0"));
-  EXPECT_FALSE(sameTorchRelease("2.13.0", "2.14.1+cu130"));
-  EXPECT_FALSE(sameTorchRelease("", "2.13.0"));
-}
-
-TEST(Plugin, DispatchKeyNames) {
-  c10::DispatchKey key;
-  std::string error;
-  EXPECT_TRUE(parseDispatchKeyName("Fake", &key, &error));
-  EXPECT_EQ(key, c10::DispatchKey::Fake);
-  EXPECT_FALSE(parseDispatchKeyName("Fakee", &key, &error));
-  EXPECT_NE(error.find("'Fakee' is not a dispatch key name"), std::string::npos) << error;
-  EXPECT_FALSE(parseDispatchKeyName("CPU", &key, &error));
-  EXPECT_NE(error.find("backend"), std::string::npos) << error;
-}
-
-TEST(Plugin, FallbackNeverEnteredOutsideRegions) {
-  const uint64_t before = fallbackEntriesOnThisThread();
-  at::Tensor a = at::randn({8, 8}).set_requires_grad(true);
-  at::Tensor y = at::softmax(at::mm(a, a), -1).sum();
-  y.backward();
-  EXPECT_EQ(fallbackEntriesOnThisThread(), before);
-
-  Invocation inv(PolicyFactory{});
-  {
-    RegionGuard region(inv, Phase::kForward);
-    at::relu(a);
-  }
-  EXPECT_GT(fallbackEntriesOnThisThread(), before);
-  const uint64_t after_region = fallbackEntriesOnThisThread();
-  at::relu(a);
-  EXPECT_EQ(fallbackEntriesOnThisThread(), after_region);
-}
 
 TEST_F(ReplayTest, ServedKernelsDoNotRunAndOutputsMatch) {
   Invocation inv(saveListPolicy({"hpac_test::counted_mm"}));
@@ -193,7 +119,7 @@ TEST_F(ReplayTest, MissingEntryNamesOpOccurrenceAndInvocation) {
   }
   RegionGuard region(inv, Phase::kRecompute);
   callCountedMm(a, a);
-  const std::string msg = messageOf([&] { callCountedMm(a, a); });
+  const std::string msg = errorMessageOf([&] { callCountedMm(a, a); });
   EXPECT_NE(msg.find("hpac_test::counted_mm (default overload) occurrence 1 of invocation " + std::to_string(inv.id()) +
                      " is not in storage"),
             std::string::npos)
@@ -208,7 +134,7 @@ TEST_F(ReplayTest, SecondRecomputeIsAnExtraBackward) {
     callCountedMm(a, a);
   }
   RegionGuard region(inv, Phase::kRecompute);
-  const std::string msg = messageOf([&] { callCountedMm(a, a); });
+  const std::string msg = errorMessageOf([&] { callCountedMm(a, a); });
   EXPECT_NE(msg.find("occurrence 0 of invocation " + std::to_string(inv.id()) + " was already served"),
             std::string::npos)
       << msg;
@@ -263,11 +189,7 @@ TEST_F(ReplayTest, RecomputeReplaysTheForwardsDecisions) {
 TEST_F(ReplayTest, EntriesNoRecomputeAskedForAreReleasedAndReported) {
   Invocation inv(saveListPolicy({"hpac_test::counted_mm"}));
   const at::Tensor a = at::randn({16, 16});
-  {
-    RegionGuard region(inv, Phase::kForward);
-    callCountedMm(a, a);
-    callCountedMm(a, a);
-  }
+  forwardTwoCountedMms(inv, a);
   EXPECT_EQ(inv.storedEntries(), 2u);
   CapturedWarnings warnings;
   {
@@ -289,11 +211,7 @@ TEST_F(ReplayTest, EntriesNoRecomputeAskedForAreReleasedAndReported) {
 TEST_F(ReplayTest, ARecomputeEndedByAnExceptionReleasesSilently) {
   Invocation inv(saveListPolicy({"hpac_test::counted_mm"}));
   const at::Tensor a = at::randn({4, 4});
-  {
-    RegionGuard region(inv, Phase::kForward);
-    callCountedMm(a, a);
-    callCountedMm(a, a);
-  }
+  forwardTwoCountedMms(inv, a);
   CapturedWarnings warnings;
   try {
     RegionGuard region(inv, Phase::kRecompute);
@@ -346,7 +264,7 @@ TEST_F(ReplayTest, MutatedCacheIsAnErrorUnlessAllowed) {
     }
     out.add_(1);
     RegionGuard region(inv, Phase::kRecompute);
-    const std::string msg = messageOf([&] { callCountedMm(a, a); });
+    const std::string msg = errorMessageOf([&] { callCountedMm(a, a); });
     EXPECT_NE(msg.find("was modified in place after it was saved"), std::string::npos) << msg;
     EXPECT_NE(msg.find("hpac_test::counted_mm"), std::string::npos) << msg;
   }
@@ -388,56 +306,6 @@ TEST_F(ReplayTest, InPlaceSavedOpGivesTheRecomputeItsContents) {
   EXPECT_EQ(inv.stats().served, 1);
 }
 
-TEST(Region, TlsIsRestoredAfterAnException) {
-  const c10::DispatchKey key = dispatchKey();
-  ASSERT_FALSE(c10::impl::tls_is_dispatch_key_included(key));
-  Invocation inv(PolicyFactory{});
-  const at::Tensor x = at::ones({2});
-  EXPECT_THROW(
-      {
-        RegionGuard region(inv, Phase::kForward);
-        EXPECT_TRUE(c10::impl::tls_is_dispatch_key_included(key));
-        at::relu(x);
-        throw std::runtime_error("user code failed");
-      },
-      std::runtime_error);
-  EXPECT_FALSE(c10::impl::tls_is_dispatch_key_included(key));
-  EXPECT_FALSE(c10::impl::tls_is_dispatch_key_excluded(key));
-  EXPECT_EQ(currentRegion().invocation, nullptr);
-  // The thread trains normally afterwards.
-  Invocation next(PolicyFactory{});
-  {
-    RegionGuard region(next, Phase::kForward);
-    at::relu(x);
-  }
-  EXPECT_EQ(next.stats().ops_forward, 1);
-}
-
-TEST(Region, RegionsDoNotNest) {
-  Invocation outer(PolicyFactory{}), inner(PolicyFactory{});
-  RegionGuard region(outer, Phase::kForward);
-  const std::string msg = messageOf([&] { RegionGuard nested(inner, Phase::kForward); });
-  EXPECT_NE(msg.find("checkpoint regions do not nest"), std::string::npos) << msg;
-  EXPECT_EQ(currentRegion().invocation, &outer);
-}
-
-TEST(Region, OpsInsideKernelsAreNotCounted) {
-  // addmm's and softmax's CPU kernels allocate and call other ops internally;
-  // only the ops autograd sees are part of the region's sequence.
-  Invocation inv(PolicyFactory{});
-  const at::Tensor x = at::randn({4, 8}), w = at::randn({8, 8}), b = at::randn({8});
-  {
-    RegionGuard region(inv, Phase::kForward);
-    at::softmax(at::addmm(b, x, w), -1);
-  }
-  EXPECT_EQ(inv.stats().ops_forward, 2);  // addmm, _softmax
-}
-
-}  // namespace
-}  // namespace hpac
-
-namespace hpac {
-namespace {
 
 // The kernel matmul folds a 3-D @ 2-D product into: mm (torch 1.13) or bmm (2.x).
 const std::vector<std::string> kMatmulKernels = {"aten::bmm", "aten::mm"};
@@ -481,7 +349,7 @@ TEST(Replay, WritesAfterTheRegionThroughUnsafeViewsAreCaught) {
   }
   y.add_(1.0);  // user code after the region: hpac does not see the write itself
   RegionGuard region(inv, Phase::kRecompute);
-  const std::string msg = messageOf([&] { at::matmul(x.transpose(0, 1), w); });
+  const std::string msg = errorMessageOf([&] { at::matmul(x.transpose(0, 1), w); });
   EXPECT_TRUE(msg.find("the cached output of aten::mm (default overload) occurrence 0") != std::string::npos ||
               msg.find("the cached output of aten::bmm (default overload) occurrence 0") != std::string::npos)
       << msg;

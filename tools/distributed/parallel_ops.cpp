@@ -1,37 +1,17 @@
-#include "tools/dist/dist.h"
+#include "tools/distributed/parallel_ops.h"
 
-#include "replay/region.h"
 #include "replay/torch_compat.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/custom_function.h>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #if !HPAC_TORCH_AT_LEAST(2, 0)
 #include <torch/csrc/distributed/c10d/Ops.hpp>
 #endif
 
-#include <cstdlib>
-#include <functional>
-#include <sstream>
-
 namespace hpac {
 namespace dist {
 namespace {
-
-int envInt(const char* name, int lo, int hi, int fallback, bool required) {
-  const char* v = std::getenv(name);
-  if (v == nullptr) {
-    TORCH_CHECK(!required, "hpac dist: environment variable ", name,
-                " is not set; start the ranks with hpac-launch --nproc N -- <command>");
-    return fallback;
-  }
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  TORCH_CHECK(end != v && *end == '\0' && x >= lo && x <= hi, "hpac dist: ", name, "='", v,
-              "' is not an integer in [", lo, ", ", hi, "]");
-  return static_cast<int>(x);
-}
 
 struct CopyToTp : public torch::autograd::Function<CopyToTp> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
@@ -145,13 +125,6 @@ struct FsdpGather : public torch::autograd::Function<FsdpGather> {
   }
 };
 
-std::vector<std::string> lines(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream in(s);
-  for (std::string line; std::getline(in, line);) out.push_back(line);
-  return out;
-}
-
 }  // namespace
 
 void allReduceInPlace(const at::Tensor& t, const c10::intrusive_ptr<c10d::ProcessGroup>& pg, c10d::ReduceOp op) {
@@ -159,56 +132,6 @@ void allReduceInPlace(const at::Tensor& t, const c10::intrusive_ptr<c10d::Proces
   c10d::AllreduceOptions opts;
   opts.reduceOp = op;
   allReduce(pg, one, opts)->wait();
-}
-
-DistEnv readDistEnv() {
-  DistEnv env;
-  env.world_size = envInt("HPAC_WORLD_SIZE", 1, 4096, 1, true);
-  env.rank = envInt("HPAC_RANK", 0, env.world_size - 1, 0, true);
-  env.master_port = envInt("HPAC_MASTER_PORT", 1, 65535, 0, true);
-  if (const char* a = std::getenv("HPAC_MASTER_ADDR")) env.master_addr = a;
-  env.timeout = std::chrono::seconds(envInt("HPAC_DIST_TIMEOUT_S", 1, 86400, 60, false));
-  return env;
-}
-
-c10::intrusive_ptr<c10d::Store> connectStore(const DistEnv& env) {
-  c10d::TCPStoreOptions opts;
-  opts.port = static_cast<uint16_t>(env.master_port);
-  opts.isServer = env.rank == 0;
-  opts.numWorkers = env.world_size;
-  opts.waitWorkers = true;
-  opts.timeout = env.timeout;
-  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
-}
-
-c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> glooOptions(const DistEnv& env) {
-  auto options = c10d::ProcessGroupGloo::Options::create(env.timeout);
-  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(env.master_addr));
-  return options;
-}
-
-void checkSameConfig(c10d::Store& store, int rank, int world_size, const std::string& summary) {
-  auto put = [&](const std::string& key, const std::string& value) {
-    store.set(key, std::vector<uint8_t>(value.begin(), value.end()));
-  };
-  auto get = [&](const std::string& key) {
-    const auto bytes = store.get(key);
-    return std::string(bytes.begin(), bytes.end());
-  };
-  put("hpac/config/" + std::to_string(rank), summary);
-  put("hpac/config_hash/" + std::to_string(rank), std::to_string(std::hash<std::string>()(summary)));
-  const std::string hash0 = get("hpac/config_hash/0");
-  std::ostringstream diff;
-  for (int r = 1; r < world_size; ++r) {
-    if (get("hpac/config_hash/" + std::to_string(r)) == hash0) continue;
-    const auto a = lines(get("hpac/config/0")), b = lines(get("hpac/config/" + std::to_string(r)));
-    for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
-      const std::string x = i < a.size() ? a[i] : "(absent)", y = i < b.size() ? b[i] : "(absent)";
-      if (x != y) diff << "\n  rank 0: " << x << "\n  rank " << r << ": " << y;
-    }
-  }
-  TORCH_CHECK(diff.str().empty(), "hpac dist: the ranks run different effective configs (every rank must use the same "
-                                  "activation_checkpoint mode and plan):", diff.str());
 }
 
 at::Tensor copyToTensorParallel(const at::Tensor& x, const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
@@ -249,32 +172,6 @@ at::Tensor fsdpGather(const at::Tensor& local, const c10::intrusive_ptr<c10d::Pr
   return FsdpGather::apply(local, pg, shape);
 }
 
-void PhaseCounts::count() {
-  const RegionState& region = currentRegion();
-  if (region.invocation == nullptr) {
-    ++other;
-  } else if (region.phase == Phase::kForward) {
-    ++forward;
-  } else {
-    ++recompute;
-  }
-}
-
-c10::intrusive_ptr<c10d::ProcessGroup> countingGlooGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                         int size,
-                                                         const c10::intrusive_ptr<c10d::ProcessGroupGloo::Options>& options,
-                                                         CollectiveCounts* counts) {
-  auto gloo = c10::make_intrusive<CountingGloo>(store, rank, size, options, counts);
-#if HPAC_TORCH_AT_LEAST(2, 0)
-  auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size);
-  pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
-  pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
-  return pg;
-#else
-  return gloo;
-#endif
-}
-
 // On torch 2.x the ProcessGroup's own methods dispatch to the c10d ops; on 1.13
 // they call the backend directly and c10d::ops::* is the dispatcher route.
 #if HPAC_TORCH_AT_LEAST(2, 0)
@@ -301,29 +198,6 @@ c10::intrusive_ptr<c10d::Work> recv(const c10::intrusive_ptr<c10d::ProcessGroup>
 }
 
 #undef HPAC_C10D_CALL
-
-c10::intrusive_ptr<c10d::Work> CountingGloo::allreduce(std::vector<at::Tensor>& tensors,
-                                                       const c10d::AllreduceOptions& opts) {
-  counts_->allreduce.count();
-  return ProcessGroupGloo::allreduce(tensors, opts);
-}
-
-c10::intrusive_ptr<c10d::Work> CountingGloo::allgather(std::vector<std::vector<at::Tensor>>& outputs,
-                                                       std::vector<at::Tensor>& inputs,
-                                                       const c10d::AllgatherOptions& opts) {
-  counts_->allgather.count();
-  return ProcessGroupGloo::allgather(outputs, inputs, opts);
-}
-
-c10::intrusive_ptr<c10d::Work> CountingGloo::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
-  counts_->send.count();
-  return ProcessGroupGloo::send(tensors, dst, tag);
-}
-
-c10::intrusive_ptr<c10d::Work> CountingGloo::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
-  counts_->recv.count();
-  return ProcessGroupGloo::recv(tensors, src, tag);
-}
 
 }  // namespace dist
 }  // namespace hpac

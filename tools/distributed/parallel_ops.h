@@ -1,45 +1,20 @@
-// hpac/tools/dist/dist.h
+// hpac/tools/distributed/parallel_ops.h
 //
-// Distributed composition on c10d (Gloo on CPU): rendezvous from the
-// environment hpac-launch sets, a config consistency check across ranks, and
-// tensor-parallel building blocks whose collectives go through the dispatcher
-// (c10d::ops::*), so that hpac sees them inside checkpoint regions.
+// The parallel building blocks of the C++ multi-rank path: tensor-parallel
+// copy/reduce, data-parallel gradient averaging, the expert-parallel
+// all-to-all, FSDP-style parameter gathering. Every collective goes through the
+// dispatcher (c10d::allreduce_, allgather_, send, recv_), so that hpac sees it
+// inside checkpoint regions.
 #pragma once
 
 #include <ATen/core/Tensor.h>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
-#include <atomic>
-#include <chrono>
-#include <string>
+#include <cstdint>
+#include <vector>
 
 namespace hpac {
 namespace dist {
-
-// The rendezvous environment (set by hpac-launch): HPAC_RANK, HPAC_WORLD_SIZE,
-// HPAC_MASTER_ADDR, HPAC_MASTER_PORT, optional HPAC_DIST_TIMEOUT_S (default 60).
-struct DistEnv {
-  int rank = 0;
-  int world_size = 1;
-  std::string master_addr = "127.0.0.1";
-  int master_port = 0;
-  std::chrono::milliseconds timeout{60000};
-};
-
-// Reads and validates the environment; throws c10::Error naming the variable,
-// its value and what is allowed.
-DistEnv readDistEnv();
-
-// A TCPStore on master_addr:master_port (rank 0 serves it).
-c10::intrusive_ptr<c10d::Store> connectStore(const DistEnv& env);
-
-// Gloo options over loopback (or master_addr) with the environment's timeout.
-c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> glooOptions(const DistEnv& env);
-
-// Every rank publishes `summary` (one "key=value" per line); all ranks compare
-// with rank 0's. Throws c10::Error naming the ranks and the differing lines.
-void checkSameConfig(c10d::Store& store, int rank, int world_size, const std::string& summary);
 
 // Reduces `t` over `pg` in place (sum unless `op` says otherwise) through the
 // dispatcher-routed c10d::allreduce_, and waits for it.
@@ -81,51 +56,6 @@ at::Tensor exchangeCounts(const at::Tensor& counts, const c10::intrusive_ptr<c10
 // the group size (the data-parallel mean).
 at::Tensor fsdpGather(const at::Tensor& local, const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
                       const std::vector<int64_t>& shape);
-
-// Process-group calls counted by the checkpoint region active on the calling
-// thread: inside a forward region, inside a recompute region, elsewhere.
-struct PhaseCounts {
-  std::atomic<int64_t> forward{0}, recompute{0}, other{0};
-  void reset() { forward = recompute = other = 0; }
-  int64_t total() const { return forward + recompute + other; }
-  void count();
-};
-struct CollectiveCounts {
-  PhaseCounts allreduce, allgather, send, recv;
-  void reset() {
-    allreduce.reset();
-    allgather.reset();
-    send.reset();
-    recv.reset();
-  }
-};
-
-// ProcessGroupGloo that counts its allreduce / allgather / send / recv calls
-// into `counts` (which must outlive it). Build one with countingGlooGroup().
-class CountingGloo final : public c10d::ProcessGroupGloo {
- public:
-  CountingGloo(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, c10::intrusive_ptr<Options> options,
-               CollectiveCounts* counts)
-      : ProcessGroupGloo(store, rank, size, std::move(options)), counts_(counts) {}
-  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
-                                           const c10d::AllreduceOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
-                                           std::vector<at::Tensor>& inputs,
-                                           const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
-
- private:
-  CollectiveCounts* counts_;
-};
-
-// A process group of `size` ranks over `store` whose Gloo backend is a
-// CountingGloo. On torch 1.13 the CountingGloo is the group itself; on 2.x a
-// Gloo backend is not a ProcessGroup, so it is set as the CPU backend of one.
-c10::intrusive_ptr<c10d::ProcessGroup> countingGlooGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                         int size,
-                                                         const c10::intrusive_ptr<c10d::ProcessGroupGloo::Options>& options,
-                                                         CollectiveCounts* counts);
 
 // The collectives through the dispatcher (c10d::allreduce_, allgather_, send,
 // recv_), so that hpac sees them inside regions: c10d::ops::* on torch 1.13,

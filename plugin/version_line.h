@@ -1,4 +1,4 @@
-// hpac/tools/version.h
+// hpac/plugin/version_line.h
 //
 // The line hpac's command-line tools print for --version. Tools that link
 // libhpac report the loaded library's version and the torch it was built for

@@ -5,8 +5,8 @@
 //
 //   hpac-demo [--layers N] [--batch N] [--seq N] [--hidden N] [--heads N]
 //             [--experts N] [--top-k N] [--seed N]
-#include "tools/evidence.h"
-#include "tools/version.h"
+#include "tools/evidence/evidence.h"
+#include "plugin/version_line.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -66,9 +66,9 @@ int main(int argc, char** argv) try {
             << config.dropout << "), batch " << opt["--batch"] << ", seq " << opt["--seq"] << ", fp32 CPU, "
             << at::get_num_threads() << " threads\n\n";
   const uint64_t seed = static_cast<uint64_t>(opt["--seed"]);
-  const hpac::StepReport off = hpac::runStep(blocks, x, hpac::Mode::kOff, seed);
-  const hpac::StepReport full = hpac::runStep(blocks, x, hpac::Mode::kFull, seed);
-  const hpac::StepReport selective = hpac::runStep(blocks, x, hpac::Mode::kSelective, seed);
+  const hpac::StepReport off = hpac::runStep(blocks, x, hpac::CheckpointMode::kOff, seed);
+  const hpac::StepReport full = hpac::runStep(blocks, x, hpac::CheckpointMode::kFull, seed);
+  const hpac::StepReport selective = hpac::runStep(blocks, x, hpac::CheckpointMode::kSelective, seed);
   std::cout << hpac::formatEvidenceTable({off, full, selective}, off) << "\n";
   std::cout << "ops fwd/recomp: ops hpac counted in forward / in the backward-time recompute; saved: op outputs kept;\n"
                "served: ops answered from that storage in recompute (kernel skipped); recomputed: kernels run again;\n"

@@ -1,4 +1,6 @@
-#include "tools/moe_block.h"
+#include "tools/moe/moe_block.h"
+
+#include "tools/moe/moe_router.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -57,22 +59,15 @@ at::Tensor MoeBlock::attention(const at::Tensor& x) const {
 }
 
 at::Tensor MoeBlock::moe(const at::Tensor& x) const {
-  const int64_t h = config_.hidden;
-  const at::Tensor flat = x.reshape({-1, h});
-  const at::Tensor logits = at::linear(flat, router_);
-  const at::Tensor probs = at::softmax(logits.to(at::kFloat), -1);
-  auto [weights, experts] = at::topk(probs, config_.top_k, -1);
-  weights.div_(weights.sum(-1, /*keepdim=*/true));  // in-place renormalisation, as norm_topk_prob
-  weights = weights.to(x.scalar_type());
+  const at::Tensor flat = x.reshape({-1, config_.hidden});
+  const TopKRouting routing =
+      routeTopK(at::linear(flat, router_), config_.top_k, /*renormalize=*/true, x.scalar_type());
   at::Tensor out = at::zeros_like(flat);
   for (int64_t e = 0; e < config_.experts; ++e) {
-    const auto hit = at::where(experts == e);  // (token, slot) pairs routed to expert e
-    const at::Tensor& token = hit[0];
-    if (token.numel() == 0) continue;  // data-dependent: only the experts actually hit run
-    const at::Tensor slot = hit[1];
-    const at::Tensor w = weights.flatten().index_select(0, token * config_.top_k + slot).unsqueeze(-1);
-    const at::Tensor y = at::linear(at::silu(at::linear(flat.index_select(0, token), up_[e])), down_[e]);
-    out.index_add_(0, token, y * w);
+    const ExpertTokens hit = tokensFor(routing, e);
+    if (hit.empty()) continue;  // data-dependent: only the experts actually hit run
+    const at::Tensor y = at::linear(at::silu(at::linear(flat.index_select(0, hit.token), up_[e])), down_[e]);
+    out.index_add_(0, hit.token, y * hit.weight);
   }
   return out.view(x.sizes());
 }

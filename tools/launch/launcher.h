@@ -1,4 +1,4 @@
-// hpac/tools/dist/launcher.h
+// hpac/tools/launch/launcher.h
 //
 // Starts N local ranks of a command (hpac-launch, hpac-train --nproc N): each
 // rank gets HPAC_RANK, HPAC_WORLD_SIZE, HPAC_MASTER_ADDR, HPAC_MASTER_PORT,

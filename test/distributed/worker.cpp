@@ -20,8 +20,11 @@
 #include "policy/selective_policy.h"
 #include "replay/checkpoint.h"
 #include "replay/region.h"
-#include "tools/dist/dist.h"
-#include "tools/evidence.h"
+#include "tools/distributed/counting_group.h"
+#include "tools/distributed/parallel_ops.h"
+#include "tools/distributed/rendezvous.h"
+#include "tools/evidence/evidence.h"
+#include "tools/moe/moe_router.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -37,7 +40,7 @@
 
 namespace {
 
-using hpac::Mode;
+using hpac::CheckpointMode;
 
 struct Flags {
   int tp = 1, dp = 1, steps = 3, die_rank = -1;
@@ -71,8 +74,8 @@ Flags parseFlags(int argc, char** argv) {
     else if (a == "--die-rank") f.die_rank = std::atoi(v);
     else TORCH_CHECK(false, "hpac-dist-worker: unknown flag '", a, "'");
   }
-  if (f.mode != "all") hpac::parseMode(f.mode);
-  if (!f.mode_rank1.empty()) hpac::parseMode(f.mode_rank1);
+  if (f.mode != "all") hpac::checkpointModeOrThrow(f.mode);
+  if (!f.mode_rank1.empty()) hpac::checkpointModeOrThrow(f.mode_rank1);
   return f;
 }
 
@@ -182,17 +185,13 @@ at::Tensor block(const at::Tensor& x, const std::vector<at::Tensor>& w, int64_t 
   // experts' tokens, and the backward all-reduce sums the parts.
   const int64_t ep = pg ? pg->getSize() : 1, ep_rank = pg ? pg->getRank() : 0;
   const at::Tensor e_in = in(rmsNorm(h2)).reshape({-1, kHidden});
-  const at::Tensor router = at::softmax(at::linear(e_in, w[7]).to(at::kFloat), -1);
-  auto [weights, chosen] = at::topk(router, kTopK, -1);
-  weights.div_(weights.sum(-1, true));  // in-place renormalisation, as norm_topk_prob
+  const hpac::TopKRouting routing = hpac::routeTopK(at::linear(e_in, w[7]), kTopK, /*renormalize=*/true, at::kFloat);
   at::Tensor partial = at::zeros_like(e_in);
   for (int64_t j = 0, e = ep_rank; e < kExperts; ++j, e += ep) {
-    const auto hit = at::where(chosen == e);
-    if (hit[0].numel() == 0) continue;
-    const at::Tensor token = hit[0], slot = hit[1];
-    const at::Tensor gate_w = weights.flatten().index_select(0, token * kTopK + slot).unsqueeze(-1);
-    const at::Tensor y = at::linear(at::silu(at::linear(e_in.index_select(0, token), w[8 + 2 * j])), w[9 + 2 * j]);
-    partial.index_add_(0, token, y * gate_w);
+    const hpac::ExpertTokens hit = hpac::tokensFor(routing, e);
+    if (hit.empty()) continue;
+    const at::Tensor y = at::linear(at::silu(at::linear(e_in.index_select(0, hit.token), w[8 + 2 * j])), w[9 + 2 * j]);
+    partial.index_add_(0, hit.token, y * hit.weight);
   }
   return h2 + out(partial).view(h2.sizes());
 }
@@ -238,7 +237,7 @@ int main(int argc, char** argv) try {
   const at::Tensor data = at::randn({kBatchPerDp * flags.dp, kSeq, kHidden});
   bool ok = true;
   for (const std::string& mode_name : modes) {
-    const Mode mode = hpac::parseMode(mode_name);
+    const CheckpointMode mode = hpac::checkpointModeOrThrow(mode_name);
     const Shard shard(full, tp_rank, flags.tp);
     // FSDP: the MLP weights (w[4..6]) live as 1/dp flat slices per DP rank.
     std::vector<at::Tensor> fsdp_local;
@@ -271,11 +270,10 @@ int main(int argc, char** argv) try {
       auto fn = [&](const at::Tensor& in) { return block(in, weights(), kHeads / flags.tp, tp_pg, flags.profile); };
       std::shared_ptr<hpac::InvocationStats> region_stats;
       at::Tensor y;
-      if (mode == Mode::kOff) {
+      if (mode == CheckpointMode::kOff) {
         y = fn(xs);
       } else {
-        hpac::CheckpointOptions o;
-        if (mode == Mode::kSelective) o.policy = hpac::selectivePolicy();
+        hpac::CheckpointOptions o = hpac::checkpointOptionsFor(mode);
         o.stats_out = region_stats = std::make_shared<hpac::InvocationStats>();
         // record_function ranges only in the forward (as a profiler schedule would), never in the recompute
         bool first = true;
@@ -351,14 +349,14 @@ int main(int argc, char** argv) try {
       worst["input_grad"] = std::max(worst["input_grad"], input_diff);
 
       // Forward-region all-reduces: attention output, MLP output, MoE combine.
-      const int expected_forward = mode == Mode::kOff ? 0 : (flags.tp > 1 ? 3 : 0);
-      const int expected_recompute = mode == Mode::kFull ? expected_forward : 0;
+      const int expected_forward = mode == CheckpointMode::kOff ? 0 : (flags.tp > 1 ? 3 : 0);
+      const int expected_recompute = mode == CheckpointMode::kFull ? expected_forward : 0;
       std::cout << "mode " << mode_name << " step " << step << ": allreduce calls forward-region " << forward_calls
                 << ", recompute-region " << calls.recompute << ", outside regions " << calls.other << "; |dloss| "
                 << loss_diff << ", max|dgrad| " << grad_diff << ", max|dinput_grad| " << input_diff << std::endl;
       if (flags.fsdp) {
         // FSDP re-gathers: once per sharded weight in the forward, and again in every recompute.
-        const int want_fwd = mode == Mode::kOff ? 0 : 3, want_rec = want_fwd;
+        const int want_fwd = mode == CheckpointMode::kOff ? 0 : 3, want_rec = want_fwd;
         std::cout << "mode " << mode_name << " step " << step << ": FSDP allgather calls forward-region "
                   << gathers.forward << ", recompute-region " << gathers.recompute << ", outside regions "
                   << gathers.other << std::endl;

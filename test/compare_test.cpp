@@ -1,7 +1,7 @@
 // maxAbsDiff, the comparison behind every parity verdict of the demo, the
 // trainer's --compare and the multi-rank workers: a NaN or an infinity on
 // either side is never "equal", whatever the other values are.
-#include "tools/evidence.h"
+#include "tools/evidence/compare.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

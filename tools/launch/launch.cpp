@@ -10,8 +10,8 @@
 // and hpac-launch exits 1 naming the failed ranks. No rank ever waits forever
 // on a dead peer: the process groups have timeouts of their own
 // (HPAC_DIST_TIMEOUT_S), and the launcher bounds the rest.
-#include "tools/dist/launcher.h"
-#include "tools/version.h"
+#include "tools/launch/launcher.h"
+#include "plugin/version_line.h"
 
 #include <cstdlib>
 #include <iostream>
