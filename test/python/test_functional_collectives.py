@@ -1,12 +1,12 @@
-"""Every _c10d_functional collective of this torch is saved by the selective policy and served in the recompute,
-never issued again (policy/op_tables.cpp kSaveOps), on a 1-rank Gloo group in this process: the op names are the
-ones torch 2.x dispatches (DTensor's Shard -> Replicate all-gather, coalesced all-reduce / reduce-scatter); the
-multi-rank runs are in test/python/dist."""
-import os
+"""On a 1-rank Gloo group in this process: every _c10d_functional collective of this torch is saved by the selective
+policy and served in the recompute, never issued again (policy/op_tables.cpp kSaveOps; the op names are the ones
+torch 2.x dispatches: DTensor's Shard -> Replicate all-gather, coalesced all-reduce and reduce-scatter), and DTensor
+parameters under a selective recompute. The multi-rank runs are in test/python/dist."""
 import socket
 
 import pytest
 import torch
+import torch.utils.checkpoint
 
 import hpac
 
@@ -64,3 +64,35 @@ def test_functional_collective_saved_and_served(group, op):
     scale = 2.0 if op.endswith("all_gather_into_tensor_coalesced") else 1.0
     expected = x.detach().sin() * x.detach().cos() * scale
     assert (x.grad - expected).abs().max().item() <= 1e-6, (x.grad, expected)
+
+
+def _clear_dtensor_caches():
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+    DTensor._op_dispatcher.sharding_propagator.propagate_op_sharding.cache_clear()
+    ShardingPropagator._propagate_tensor_meta_cached.cache_clear()
+
+
+def test_dtensor_meta_propagation_in_recompute_is_not_counted(group):
+    """DTensor's sharding propagation runs meta-device ops (fake tensors) on a cache miss. torch.utils.checkpoint's
+    recompute detaches the DTensor parameters autograd saves, which the forward never does, so with a cold cache
+    the recompute met aten::empty_strided (meta) the forward never ran: the replay failed (Note [Meta ops are not
+    the region's], plugin/fallback.cpp)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    torch.manual_seed(0)
+    mesh = init_device_mesh("cpu", (1,))
+    block = torch.nn.Sequential(torch.nn.Linear(8, 16, bias=False), torch.nn.Linear(16, 8, bias=False))
+    reference = [p.detach().clone() for p in block.parameters()]
+    parallelize_module(block, mesh, {"0": ColwiseParallel(), "1": RowwiseParallel()})
+    x = torch.randn(4, 8, requires_grad=True)
+    inv = hpac.Invocation("selective", record_ops=True)
+    _clear_dtensor_caches()
+    out = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False,
+                                            context_fn=lambda: (inv.region("forward"), inv.region("recompute")))
+    _clear_dtensor_caches()  # the recompute propagates shardings the forward did not (detach) from a cold cache
+    out.sum().backward()
+    assert inv.stats()["recomputes"] == 1 and inv.stats()["served"] > 0, inv.op_log()
+    # Gradient of sum(x W0^T W1^T) with respect to x: ones @ W1 @ W0.
+    expected = torch.ones(4, 8) @ reference[1] @ reference[0]
+    assert (x.grad - expected).abs().max().item() <= 1e-6
