@@ -17,21 +17,11 @@ Layout (the C++ trainer's, docs/distributed.md): world = tp x dp, rank = dp_rank
              Expert parameters are left out of FSDP (ignored_params); their gradients are summed over the ranks
              owning the same experts and divided by dp.
 """
-import copy
-import datetime
 import hashlib
-import os
-import sys
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-
-import hpac
-import hpac.hf as hf
-import hpac.hf_compare as hc
-
-MODES = hc.MODES
 
 # The collectives and FSDP lifecycle ops the run counts per phase (hpac op-log names; overload omitted).
 FUNCTIONAL_COLLECTIVES = ("_c10d_functional::all_reduce", "_c10d_functional::all_to_all_single",
