@@ -276,10 +276,54 @@ def hf_scale(r):
     return out
 
 
+FUNCOL_SHORT = {"_c10d_functional::all_reduce": "all_reduce", "_c10d_functional::all_to_all_single": "all_to_all"}
+
+
+def _issued(counts, phase, op):
+    c = counts[phase].get(op)
+    return (c["issued"], c["served"]) if c else (0, 0)
+
+
+def dist_torchrun(r):
+    """Level1 on torchrun (bench/dist_torchrun.py): FSDP2, DTensor TP, expert parallel."""
+    d = load(r, "dist_torchrun.json")
+    x0 = d["layouts"][0]
+    m, t = x0["model"], x0["train"]
+    out = [f"torch {x0['torch']}, transformers {x0['transformers']}, Qwen3MoeForCausalLM {m['num_layers']} layers, "
+           f"hidden {m['hidden_size']}, {m['num_experts']} experts top-{m['num_experts_per_tok']}, seq {t['seq_len']}, "
+           f"micro-batch {t['micro_batch']} per dp rank, {t['steps']} AdamW steps; Gloo on loopback, "
+           f"{d['threads_per_rank']} thread per rank on {d['cores']} cores. Maxima over every rank, mode and step.", "",
+           "| layout | ranks | max \\|dloss\\| / \\|dgrad\\| vs 1 rank | full, selective vs off | rank 0 last step, "
+           "selective: collectives forward → recompute issued (served) | FSDP2 gathers forward / recompute "
+           "(ignored) | per-rank peak off → full / selective |",
+           "|---|---|---|---|---|---|---|"]
+    for x in d["layouts"]:
+        modes = [mv for pr in x["per_rank"] for mv in pr["modes"].values()]
+        dloss = max(mv["max_dloss_1rank"] for mv in modes)
+        dgrad = max(mv["max_dgrad_1rank"] for mv in modes)
+        off = max(max(mv["max_dloss_off"], mv["max_dgrad_off"]) for mv in modes)
+        c = x["per_rank"][0]["modes"]["selective"]["last_step_counts"]
+        cells = []
+        for op, short in FUNCOL_SHORT.items():
+            f, _ = _issued(c, "forward", op)
+            rec, served = _issued(c, "recompute", op)
+            if f:
+                cells.append(f"{short} {f} → {rec} ({served})")
+        gf, _ = _issued(c, "forward", "c10d::_allgather_base_")
+        gr, _ = _issued(c, "recompute", "c10d::_allgather_base_")
+        peaks = "; ".join(
+            f"{pr['modes']['off']['peak_bytes'] / 2**20:.2f} → {pr['modes']['full']['peak_bytes'] / 2**20:.2f} / "
+            f"{pr['modes']['selective']['peak_bytes'] / 2**20:.2f}" for pr in x["per_rank"])
+        out.append(f"| {x['layout']} | {x['ranks']} | {dloss:.2g} / {dgrad:.2g} | "
+                   f"{'bit for bit' if off == 0 else f'{off:.2g}'} | {', '.join(cells) or '–'} | "
+                   f"{f'{gf} / {gr}' if gf else '–'} | {peaks} MiB |")
+    return out
+
+
 SECTIONS = {
     "overhead": overhead, "step": step, "train_step": train_step, "peer": peer, "sac_peer": sac_peer,
     "sac_peer_reading": sac_peer_reading, "key_ratios": key_ratios, "scale": scale, "distributed": distributed,
-    "hf_scale": hf_scale,
+    "hf_scale": hf_scale, "dist_torchrun": dist_torchrun,
 }
 
 REGION = re.compile(r"<!-- BEGIN generated (\S+) -->\n(.*?)<!-- END generated \1 -->\n", re.S)

@@ -51,6 +51,17 @@ void hpacFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
     runBelowHpac(op, ks, stack);
     return;
   }
+  // Note [Meta ops are not the region's]
+  // Ops on the meta device compute nothing: they are shape propagation by
+  // tensor subclasses (DTensor's sharding propagation runs meta ops on a cache
+  // miss, so the first detach of a DTensor parameter in a recompute ran
+  // aten::empty_strided on meta that the forward never ran, and the replay
+  // failed), fake tensors, or deferred initialisation. Counting them would make
+  // occurrence indices depend on a cache; they run below the key untouched.
+  if (C10_UNLIKELY(ks.has_backend(c10::BackendComponent::MetaBit))) {
+    runBelowHpac(op, ks, stack);
+    return;
+  }
   Invocation& invocation = *region.invocation;
   const Invocation::Admission admission = invocation.admit(region.phase, op, *stack);
   switch (admission.action) {

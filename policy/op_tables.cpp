@@ -58,10 +58,20 @@ constexpr OpEntry kMatmulOps[] = {
 // point-to-point pair c10d::send / c10d::recv_ (an all-to-all on backends
 // without one, tools/distributed) must be saved together: a recompute that re-sent
 // while its peer was served would leave a message nobody receives.
+//
+// Every _c10d_functional collective of torch 2.x is here, not only the three
+// the reference design names: its wait_tensor is saved, so a collective left
+// to the recompute (DTensor's Shard -> Replicate all-gather, a coalesced
+// all-reduce) would be issued again and never waited (the served wait_tensor
+// skips it), and it would be issued only by ranks that recompute.
 constexpr OpEntry kSaveOps[] = {
+    {"_c10d_functional::all_gather_into_tensor", kOptional},
+    {"_c10d_functional::all_gather_into_tensor_coalesced", kOptional},
     {"_c10d_functional::all_reduce", kOptional},
+    {"_c10d_functional::all_reduce_coalesced", kOptional},
     {"_c10d_functional::all_to_all_single", kOptional},
     {"_c10d_functional::reduce_scatter_tensor", kOptional},
+    {"_c10d_functional::reduce_scatter_tensor_coalesced", kOptional},
     {"_c10d_functional::wait_tensor", kOptional},
     {"aten::_convolution", kRequired},
     {"aten::_efficient_attention_forward", kOptional},

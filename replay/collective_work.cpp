@@ -1,5 +1,6 @@
 #include "replay/collective_work.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <string>
@@ -51,6 +52,35 @@ void waitWorks(torch::jit::Stack* stack, size_t num_returns) {
     if (!isWork((*stack)[j])) continue;
     (*stack)[j].toCustomClass<c10d::Work>()->wait();
     (*stack)[j] = completedWork();
+  }
+}
+
+// Note [Functional collectives are waited before they are saved]
+// A functional collective returns its output at once and fills it when the
+// matching _c10d_functional::wait_tensor waits its Work; on Gloo the filling
+// is a copy_ into the output, which bumps its version counter. Saved at the
+// collective and checked at the recompute, that output would look mutated
+// after it was saved (found with reduce_scatter_tensor on Gloo). So the
+// forward waits a saved functional collective's outputs itself before keeping
+// them; the caller's own wait_tensor then finds no pending Work and returns
+// the tensor as is. Inside a region the collective is synchronous (on CUDA a
+// wait only orders streams).
+bool isFunctionalCollective(const c10::FunctionSchema& schema) {
+  const std::string& name = schema.name();
+  return name.rfind("_c10d_functional::", 0) == 0 && name != "_c10d_functional::wait_tensor";
+}
+
+void waitFunctionalOutputs(const torch::jit::Stack& stack, size_t num_returns) {
+  static const auto wait = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("_c10d_functional::wait_tensor", "")
+                               .typed<at::Tensor(const at::Tensor&)>();
+  for (size_t j = stack.size() - num_returns; j < stack.size(); ++j) {
+    const c10::IValue& v = stack[j];
+    if (v.isTensor()) {
+      wait.call(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorVector()) wait.call(t);
+    }
   }
 }
 

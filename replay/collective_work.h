@@ -30,4 +30,14 @@ c10::IValue completedWork();
 // each by completedWork().
 void waitWorks(torch::jit::Stack* stack, size_t num_returns);
 
+// _c10d_functional::all_reduce, all_gather_into_tensor, reduce_scatter_tensor,
+// ... (every op of that namespace but wait_tensor): returns tensors that are
+// final only once waited (Note [Functional collectives are waited before they
+// are saved]).
+bool isFunctionalCollective(const c10::FunctionSchema& schema);
+
+// Waits the tensors among the top `num_returns` values of `stack` with
+// _c10d_functional::wait_tensor. Call with hpac's key excluded.
+void waitFunctionalOutputs(const torch::jit::Stack& stack, size_t num_returns);
+
 }  // namespace hpac

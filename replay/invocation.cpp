@@ -379,6 +379,7 @@ void Invocation::keep(PendingSave pending, const c10::OperatorHandle& op, torch:
   Entry entry;
   // Clones (only when mutation is allowed, or for snapshots) must not be seen as region ops.
   c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
+  if (isFunctionalCollective(schema)) waitFunctionalOutputs(*stack, num_returns);
   for (const c10::IValue& w : written_args) {
     forEachTensor(w, [&](const at::Tensor& t) {
       entry.written.push_back(t.defined() ? t.clone() : t);

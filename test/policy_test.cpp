@@ -58,9 +58,13 @@ TEST(OpTables, ResolvesEveryEntryAndListsMissingOptionalOnes) {
 // op then fails here instead of silently leaving its table.
 std::vector<std::string> optionalEntriesThisTorchHas() {
 #if HPAC_TORCH_AT_LEAST(2, 0)
-  return {"_c10d_functional::all_reduce",
+  return {"_c10d_functional::all_gather_into_tensor",
+          "_c10d_functional::all_gather_into_tensor_coalesced",
+          "_c10d_functional::all_reduce",
+          "_c10d_functional::all_reduce_coalesced",
           "_c10d_functional::all_to_all_single",
           "_c10d_functional::reduce_scatter_tensor",
+          "_c10d_functional::reduce_scatter_tensor_coalesced",
           "_c10d_functional::wait_tensor",
           "aten::_chunk_cat",
           "aten::_efficient_attention_forward",

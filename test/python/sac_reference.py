@@ -49,8 +49,10 @@ RECOMPUTE_OPS = frozenset({"aten::topk"})
 MATMUL_OPS = frozenset({"aten::_grouped_mm", "aten::_scaled_grouped_mm", "aten::linear", "aten::matmul", "aten::mm"})
 # policy/op_tables.cpp kSaveOps.
 SAVE_OPS = frozenset({
-    "_c10d_functional::all_reduce", "_c10d_functional::all_to_all_single",
-    "_c10d_functional::reduce_scatter_tensor", "_c10d_functional::wait_tensor",
+    "_c10d_functional::all_gather_into_tensor", "_c10d_functional::all_gather_into_tensor_coalesced",
+    "_c10d_functional::all_reduce", "_c10d_functional::all_reduce_coalesced", "_c10d_functional::all_to_all_single",
+    "_c10d_functional::reduce_scatter_tensor", "_c10d_functional::reduce_scatter_tensor_coalesced",
+    "_c10d_functional::wait_tensor",
     "aten::_convolution", "aten::_efficient_attention_forward", "aten::_flash_attention_forward",
     "aten::_flash_scaled_dot_product_attention", "aten::_scaled_dot_product_attention_math",
     "aten::_scaled_dot_product_cudnn_attention", "aten::_scaled_dot_product_efficient_attention",

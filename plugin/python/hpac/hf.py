@@ -229,8 +229,9 @@ def discover(model, registry=None):
 # Routing (reference design 6.2-6.4; tools/trainer/routing.cpp)
 
 class PreparedLayer:
-    def __init__(self, ref, role, mode):
+    def __init__(self, ref, role, mode, record_ops=False):
         self.path, self.index, self.module, self.role, self.mode = ref.path, ref.index, ref.module, role, mode
+        self.record_ops = record_ops  # keep each call's op log; take_stats adds it up as "log:<phase> <op> <action>"
         self.layer = "off"        # whole-layer checkpoint applied: off | full | selective
         self.native = False       # through the model's own activation_checkpointing_enable
         self.submodules = []      # children checkpointed (full), by name
@@ -238,7 +239,7 @@ class PreparedLayer:
 
     def _context_fn(self, policy):
         def make_contexts():
-            inv = hpac.Invocation(policy)
+            inv = hpac.Invocation(policy, record_ops=self.record_ops)
             self._invocations.append(inv)
             return inv.region("forward"), inv.region("recompute")
         return make_contexts
@@ -248,6 +249,8 @@ class PreparedLayer:
         for inv in self._invocations:
             for k, v in inv.stats().items():
                 total[k] = total.get(k, 0) + v
+            for line in inv.op_log():
+                total["log:" + line] = total.get("log:" + line, 0) + 1
         total["invocations"] = len(self._invocations)
         self._invocations = []
         return total
@@ -353,9 +356,11 @@ def _enable_native(model):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
-def prepare(model, config, registry=None, log=log_to_stderr):
+def prepare(model, config, registry=None, log=log_to_stderr, record_ops=False):
     """Applies activation_checkpoint (and activation_swap) of `config` (a path, or a dict from load_config) to
-    `model` in place. Returns a Preparation (route, wrap counts, messages, per-layer stats)."""
+    `model` in place. Returns a Preparation (route, wrap counts, messages, per-layer stats). record_ops=True adds
+    every region's op log to the per-layer stats, one count per "log:<phase> <op> <action>" key (hpac.Invocation's
+    op_log lines: action saved, run, served, recomputed or ignored)."""
     if not isinstance(config, dict):
         config = load_config(config)
     prep = Preparation()
@@ -400,7 +405,7 @@ def prepare(model, config, registry=None, log=log_to_stderr):
     for c in sorted(d.containers, key=lambda c: _ROLE_ORDER.index(c.role)):
         for ref in c.layers:
             prep.layers.append(PreparedLayer(ref, c.role, _mode_of(ac, ref.index) if c.role == "language"
-                                             else ac["mode"]))
+                                             else ac["mode"], record_ops))
 
     full = [p for p in prep.layers if p.mode == "full"]
     if full:

@@ -1,0 +1,246 @@
+"""Level1: the real transformers Qwen3MoeForCausalLM on PyTorch's distributed engine (FSDP2, DTensor TP, expert
+parallel all-to-all; hpac.distributed), trained under off, full and selective, interleaved step by step, each
+rank's loss and gradients compared with the 1-rank run of the same global batch (trained alongside in every rank's
+process) and with off on the same layout. Gloo over loopback, started by torchrun:
+
+    torchrun --nproc-per-node 2 -m hpac.dist_train --config examples/distributed/dp2_fsdp.yaml [--steps N]
+        [--modes off,full,selective] [--json out.json]
+
+Each rank prints, per mode and step, the functional collectives and FSDP2 gathers its checkpoint regions issued
+and were served, per phase, and its peak tensor bytes. Exit status 1 when a rank's loss or gradients differ from the
+1-rank run by more than --tolerance, or full / selective differ from off at all (--modes-bitwise), or the
+selective rules are broken (a functional collective issued in a recompute; an FSDP op counted or cached).
+"""
+import argparse
+import copy
+import datetime
+import json
+import os
+import sys
+import time
+import warnings
+
+import torch
+import torch.distributed as dist
+
+FAULT_EXIT = 3
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser(prog="python -m hpac.dist_train", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="hpac-train YAML with a parallel: section")
+    parser.add_argument("--steps", type=int, default=None, help="override train.steps (a positive integer)")
+    parser.add_argument("--modes", default="off,full,selective", help="comma-separated subset of off,full,selective")
+    parser.add_argument("--json", default=None, help="rank 0 writes every rank's figures to this file")
+    parser.add_argument("--tolerance", type=float, default=1e-5, help="against the 1-rank run (fp32)")
+    parser.add_argument("--timeout-s", type=float, default=60.0,
+                        help="process-group timeout: a collective waiting longer on a dead peer fails")
+    parser.add_argument("--rank-config", default=None, metavar="R=PATH",
+                        help="rank R reads PATH instead of --config (to test the config agreement check)")
+    parser.add_argument("--die-rank", type=int, default=None, help="this rank exits (status 3) mid-step ...")
+    parser.add_argument("--die-step", type=int, default=2, help="... in this step (1-based) of the selective run, "
+                        "inside the checkpoint region of layer 1, after its MoE block")
+    parser.add_argument("--no-reference", action="store_true", help="skip the 1-rank run (benchmarks)")
+    args = parser.parse_args(argv)
+    if args.steps is not None and args.steps < 1:
+        parser.error(f"--steps {args.steps} is not allowed; allowed: a positive integer")
+    modes = args.modes.split(",")
+    bad = [m for m in modes if m not in ("off", "full", "selective")]
+    if bad or not modes or len(set(modes)) != len(modes):
+        parser.error(f"--modes '{args.modes}' is not allowed; allowed: distinct names from off, full, selective")
+    args.modes = modes
+    if args.timeout_s <= 0:
+        parser.error(f"--timeout-s {args.timeout_s} is not allowed; allowed: a positive number of seconds")
+    if args.rank_config is not None:
+        r, sep, path = args.rank_config.partition("=")
+        if not sep or not r.isdigit() or not path:
+            parser.error(f"--rank-config '{args.rank_config}' is not allowed; allowed: R=PATH, R a rank number")
+        args.rank_config = (int(r), path)
+    return args
+
+
+class Run:
+    def __init__(self, mode, model, prep, opt, tp_partial, expert_params):
+        self.mode, self.model, self.prep, self.opt = mode, model, prep, opt
+        self.tp_partial, self.expert_params = tp_partial, expert_params
+        self.rows = []  # per step: loss, peak, counts, stats, differences
+
+
+def _log(rank, msg):
+    print(f"[rank {rank}] {msg}", flush=True)
+
+
+def _die_hook(rank, step_holder, die_step):
+    def hook(module, args, output):
+        if step_holder[0] == die_step:
+            _log(rank, f"fault injected: rank {rank} exits (status {FAULT_EXIT}) in step {die_step}'s selective "
+                       "forward, inside layer 1's checkpoint region")
+            os._exit(FAULT_EXIT)
+    return hook
+
+
+def main(argv=None):
+    args = _parse(argv)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    import transformers
+    transformers.logging.set_verbosity_error()
+    import hpac
+    import hpac.distributed as hd
+    import hpac.hf as hf
+    import hpac.hf_compare as hc
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout_s))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    path = args.config
+    if args.rank_config is not None and args.rank_config[0] == rank:
+        path = args.rank_config[1]
+    try:
+        config = hf.load_config(path)
+        digest = hd.check_same_config(config)
+        hd.check_layout(config, world)
+    except (RuntimeError, ValueError) as e:
+        _log(rank, f"error: {e}")
+        return 1
+    spec, train = config["model"], config["train"]
+    steps = args.steps or train["steps"]
+    layout = hd.Layout(config["parallel"], rank, world)
+    layout.build_groups()
+    torch.manual_seed(train["seed"])
+    if rank == 0:
+        _log(rank, f"hpac {hpac.version()}, torch {torch.__version__}, transformers {transformers.__version__}: "
+                   f"Qwen3MoeForCausalLM {spec['num_layers']} layers, hidden {spec['hidden_size']}, "
+                   f"{spec['num_experts']} experts top-{spec['num_experts_per_tok']}; layout {layout.name} on "
+                   f"{world} ranks (tp {layout.tp} x dp {layout.dp}, ep {layout.ep}, fsdp {layout.fsdp}); "
+                   f"{steps} steps; config digest {digest[:16]}; {torch.get_num_threads()} threads per rank")
+
+    def build():
+        torch.manual_seed(train["seed"])
+        model = transformers.Qwen3MoeForCausalLM(hc.qwen3_moe_config(spec))
+        model.train()
+        return model
+
+    hpac.track_memory()
+    registry = hf.load_registry()
+    reference = None
+    if not args.no_reference:
+        reference = build()
+        ref_opt = torch.optim.AdamW(reference.parameters(), lr=train["lr"], weight_decay=0.0)
+    runs = {}
+    die_step = [0]
+    for mode in args.modes:
+        model = build()
+        tp_partial, expert_params = hd.parallelize(model, config, layout)
+        cfg = copy.deepcopy(config)
+        cfg["activation_checkpoint"]["mode"] = mode
+        cfg["activation_checkpoint"]["layers"] = []
+        prep = hf.prepare(model, cfg, registry, log=None, record_ops=True)
+        if layout.fsdp:
+            hd.shard(model, layout, expert_params)
+        if mode == "selective" and args.die_rank == rank:
+            model.model.layers[min(1, spec["num_layers"] - 1)].mlp.register_forward_hook(
+                _die_hook(rank, die_step, args.die_step))
+        opt = torch.optim.AdamW(model.parameters(), lr=train["lr"], weight_decay=0.0)
+        runs[mode] = Run(mode, model, prep, opt, tp_partial, expert_params)
+
+    mb = train["micro_batch"]
+    failures = []
+    for step in range(steps):
+        die_step[0] = step + 1
+        global_ids = hc.token_batch(spec["vocab_size"], mb * layout.dp, train["seq_len"], train["seed"], step)
+        local_ids = global_ids[layout.dp_rank * mb:(layout.dp_rank + 1) * mb]
+        ref_grads = ref_loss = None
+        if reference is not None:
+            ref_opt.zero_grad(set_to_none=True)
+            loss = reference(input_ids=global_ids, labels=global_ids).loss
+            loss.backward()
+            ref_loss = loss.detach()
+            ref_grads = {n: p.grad for n, p in reference.named_parameters()}
+        grads = {}
+        order = list(args.modes)
+        for mode in order[step % len(order):] + order[:step % len(order)]:
+            run = runs[mode]
+            run.opt.zero_grad(set_to_none=True)
+            start = hpac.memory_stats()["current_bytes"]
+            hpac.reset_peak_memory()
+            t0 = time.perf_counter()
+            loss = run.model(input_ids=local_ids, labels=local_ids).loss
+            loss.backward()
+            hd.reduce_gradients(run.model, layout, run.tp_partial, run.expert_params)
+            elapsed = time.perf_counter() - t0
+            peak = hpac.memory_stats()["peak_bytes"] - start
+            stats = run.prep.take_layer_stats()
+            counts = hd.phase_counts(stats)
+            mean_loss = loss.detach().clone()
+            dist.all_reduce(mean_loss)
+            mean_loss /= world
+            named = [(n, hd.full_grad(p)) for n, p in run.model.named_parameters()]
+            grads[mode] = named
+            row = {"step": step + 1, "loss": mean_loss.item(), "peak_bytes": peak, "time_s": elapsed,
+                   "counts": counts, "ignored": sum(s.get("ignored", 0) for s in stats),
+                   "saved": sum(s.get("saved", 0) for s in stats), "served": sum(s.get("served", 0) for s in stats)}
+            if reference is not None:
+                row["dloss_1rank"] = hc._max_abs_diff(mean_loss, ref_loss)
+                row["dgrad_1rank"] = max(hc._max_abs_diff(
+                    g, hd.reference_slice(n, ref_grads[n], layout, spec)) for n, g in named)
+            run.rows.append(row)
+            _log(rank, f"{layout.name} {mode} step {step + 1}: loss {row['loss']:.6f}"
+                       + (f" |dloss| {row['dloss_1rank']:.2g} |dgrad| {row['dgrad_1rank']:.2g} vs 1 rank"
+                          if reference is not None else "")
+                       + f", peak {peak / 2**20:.2f} MiB; " + hd.format_counts(counts))
+            run.opt.step()
+        if "off" in grads:
+            for mode, named in grads.items():
+                row = runs[mode].rows[-1]
+                row["dloss_off"] = abs(row["loss"] - runs["off"].rows[-1]["loss"]) if row["loss"] == row["loss"] \
+                    else float("inf")
+                row["dgrad_off"] = max(hc._max_abs_diff(g, g0) for (_, g), (_, g0) in zip(named, grads["off"]))
+        if reference is not None:
+            ref_opt.step()
+
+    mine = {"rank": rank, "modes": {m: r.rows for m, r in runs.items()}}
+    failures = check(mine, args, layout)
+    for f in failures:
+        _log(rank, "FAIL: " + f)
+    everyone = [None] * world
+    dist.all_gather_object(everyone, (mine, failures))
+    if rank == 0 and args.json:
+        with open(args.json, "w") as f:
+            json.dump({"torch": torch.__version__, "transformers": transformers.__version__, "hpac": hpac.version(),
+                       "layout": layout.name, "ranks": world, "parallel": config["parallel"], "model": spec,
+                       "train": dict(train, steps=steps), "threads_per_rank": torch.get_num_threads(),
+                       "per_rank": [e[0] for e in everyone]}, f, indent=1)
+    bad = [r for r, (_, fails) in enumerate(everyone) if fails]
+    dist.barrier()
+    dist.destroy_process_group()
+    if bad:
+        _log(rank, f"FAIL on ranks {', '.join(map(str, bad))}")
+        return 1
+    claims = [] if args.no_reference else [f"every rank within {args.tolerance:g} of the 1-rank run"]
+    if "off" in args.modes and len(args.modes) > 1:
+        claims.append("full and selective bit for bit with off" if len(args.modes) == 3 else
+                      f"{[m for m in args.modes if m != 'off'][0]} bit for bit with off")
+    claims.append("the collective and FSDP counts follow hpac's rules")
+    _log(rank, f"OK: {layout.name}, {steps} steps, modes {', '.join(args.modes)}: {', '.join(claims)}")
+    return 0
+
+
+def check(mine, args, layout):
+    """The run's own checks on this rank's rows (the tests assert the same figures from the JSON)."""
+    import hpac.distributed as hd
+    failures = []
+    for mode, rows in mine["modes"].items():
+        for row in rows:
+            where = f"{mode} step {row['step']}"
+            if "dloss_1rank" in row and not (row["dloss_1rank"] <= args.tolerance
+                                             and row["dgrad_1rank"] <= args.tolerance):
+                failures.append(f"{where}: |dloss| {row['dloss_1rank']} |dgrad| {row['dgrad_1rank']} vs the 1-rank "
+                                f"run exceed {args.tolerance}")
+            if "dloss_off" in row and (row["dloss_off"] != 0.0 or row["dgrad_off"] != 0.0):
+                failures.append(f"{where}: differs from off (|dloss| {row['dloss_off']}, |dgrad| {row['dgrad_off']})")
+            failures += [f"{where}: {m}" for m in hd.rule_violations(mode, row["counts"])]
+    return failures
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,375 @@
+"""hpac on PyTorch's own distributed engine: the real transformers Qwen3MoeForCausalLM split over ranks with FSDP2
+(`fully_shard`), DTensor tensor parallelism (`parallelize_module`) and expert parallelism (tokens exchanged with
+functional all-to-all, as torchtitan's MoE does), trained under off, full and selective through hpac.hf and the
+hpac-train YAML (its `parallel:` section, validated by the C++ parser). Started by torchrun (module hpac.dist_train).
+
+Layout (the C++ trainer's, docs/distributed.md): world = tp x dp, rank = dp_rank x tp + tp_rank.
+  tp > 1     attention by heads (q/k/v ColwiseParallel, o_proj RowwiseParallel on the "tp" mesh dimension) and each
+             expert's intermediate width (gate/up rows, down columns; the partial outputs all-reduced over tp with
+             _c10d_functional::all_reduce). q_norm, k_norm and the router see part of the work on a tp rank: their
+             gradients are summed over tp after backward.
+  dp > 1     each dp rank trains micro_batch rows of the global batch (micro_batch x dp rows). fsdp: true shards every
+             parameter over the "dp" mesh dimension with fully_shard (self_attn and the MoE router/experts as their
+             own FSDP units inside each layer, so their gathers run inside the checkpoint regions; then the layer;
+             then the root); fsdp: false averages the gradients over dp after backward.
+  ep > 1     ep consecutive dp ranks split the experts; tokens go to the rank owning their expert and come back
+             through _c10d_functional all_to_all_single (autograd: the backward sends the gradient rows back).
+             Expert parameters are left out of FSDP (ignored_params); their gradients are summed over the ranks
+             owning the same experts and divided by dp.
+"""
+import hashlib
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+# The collectives and FSDP lifecycle ops the run counts per phase (hpac op-log names; overload omitted).
+FUNCTIONAL_COLLECTIVES = ("_c10d_functional::all_reduce", "_c10d_functional::all_to_all_single",
+                          "_c10d_functional::reduce_scatter_tensor", "_c10d_functional::all_gather_into_tensor",
+                          "_c10d_functional::wait_tensor")
+FSDP_GATHER = "c10d::_allgather_base_"  # FSDP2's parameter all-gather (dist.all_gather_into_tensor)
+ISSUED = ("saved", "run", "recomputed", "ignored")  # the kernel ran; "served" did not
+
+
+class Layout:
+    """Ranks and groups of one job, from the config's parallel section and the process group."""
+
+    def __init__(self, parallel, rank, world):
+        self.tp, self.dp, self.ep, self.fsdp = parallel["tp"], parallel["dp"], parallel["ep"], parallel["fsdp"]
+        self.rank, self.world = rank, world
+        self.tp_rank, self.dp_rank = rank % self.tp, rank // self.tp
+        self.ep_rank = self.dp_rank % self.ep
+        self.mesh = self.tp_group = self.dp_group = self.ep_group = self.edp_group = None
+
+    @property
+    def name(self):
+        parts = [f"tp{self.tp}"] if self.tp > 1 else []
+        parts += [f"ep{self.ep}"] if self.ep > 1 else []
+        parts += [f"dp{self.dp}"] if self.dp > 1 else []
+        parts += ["fsdp"] if self.fsdp else []
+        return "_".join(parts) or "single"
+
+    def build_groups(self):
+        """Every rank creates every group in the same order (new_group is collective)."""
+        from torch.distributed.device_mesh import init_device_mesh
+        self.mesh = init_device_mesh("cpu", (self.dp, self.tp), mesh_dim_names=("dp", "tp"))
+        self.tp_group = self.mesh.get_group("tp")
+        self.dp_group = self.mesh.get_group("dp")
+        for t in range(self.tp):
+            for e in range(self.dp // self.ep):
+                ranks = [(e * self.ep + i) * self.tp + t for i in range(self.ep)]
+                g = dist.new_group(ranks)
+                if self.rank in ranks:
+                    self.ep_group = g
+            for i in range(self.ep):
+                ranks = [(e * self.ep + i) * self.tp + t for e in range(self.dp // self.ep)]
+                g = dist.new_group(ranks)
+                if self.rank in ranks:
+                    self.edp_group = g
+
+
+def check_layout(config, world):
+    """The job's world size against the config (the C++ parser checked the degrees against the model)."""
+    p = config["parallel"]
+    if p["tp"] * p["dp"] != world:
+        raise ValueError(f"{config['file']}: parallel: tp {p['tp']} x dp {p['dp']} = {p['tp'] * p['dp']} ranks, but "
+                         f"the job has {world} (torchrun --nproc-per-node); allowed: a world size equal to tp x dp")
+    if p["ep"] > 1 and p["tp"] > 1:
+        raise ValueError(f"{config['file']}: parallel: ep {p['ep']} with tp {p['tp']} is not supported by the "
+                         "torchrun runner; allowed: ep > 1 with tp 1 (expert parallel x FSDP2), or tp > 1 with ep 1")
+
+
+def config_digest(config):
+    """sha256 of the effective settings every rank must share (the C++ effectiveSummary: model, train,
+    activation_checkpoint with its plan, activation_swap, parallel)."""
+    return hashlib.sha256(config["effective_summary"].encode()).hexdigest()
+
+
+def check_same_config(config):
+    """All-gathers every rank's digest and summary; raises on every rank, naming the ranks and differing lines,
+    when any rank's effective config differs from rank 0's."""
+    mine = (config_digest(config), config["effective_summary"])
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    differ = [r for r, (d, _) in enumerate(everyone) if d != everyone[0][0]]
+    if not differ:
+        return everyone[0][0]
+    base = everyone[0][1].splitlines()
+    lines = []
+    for r in differ:
+        other = everyone[r][1].splitlines()
+        diff = [f"rank 0: {a} | rank {r}: {b}" for a, b in zip(base, other) if a != b]
+        lines.append(f"rank {r} differs from rank 0: " + "; ".join(diff))
+    raise RuntimeError("hpac.distributed: the ranks run different effective configs (mode, plan or parallel "
+                       "layout); no rank trains. " + " ".join(lines))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Collectives with autograd (forward inside hpac's regions: what the selective policy saves and serves)
+
+def _all_reduce(x, group):
+    y = torch.ops._c10d_functional.all_reduce(x, "sum", group.group_name)
+    return torch.ops._c10d_functional.wait_tensor(y)
+
+
+class _ReduceFromTp(torch.autograd.Function):
+    """Forward: sum over the tp group (a functional all-reduce); backward: identity."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        return _all_reduce(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class _CopyToTp(torch.autograd.Function):
+    """Forward: identity; backward: the gradient summed over the tp group."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _all_reduce(grad.contiguous(), ctx.group), None
+
+
+def _all_to_all(x, out_splits, in_splits, group):
+    """Rows of x, in_splits[r] of them to rank r; returns out_splits[r] rows from each rank r (autograd)."""
+    from torch.distributed._functional_collectives import all_to_all_single_autograd, wait_tensor
+    return wait_tensor(all_to_all_single_autograd(x.contiguous(), out_splits, in_splits, group))
+
+
+def _expert(x, gate_up, down, act):
+    gate, up = nn.functional.linear(x, gate_up).chunk(2, dim=-1)
+    return nn.functional.linear(act(gate) * up, down)
+
+
+class TensorParallelExperts(nn.Module):
+    """Qwen3MoeExperts with each expert's intermediate width split over tp: this rank's rows of gate and up
+    (stored as [gate rows; up rows], the original layout), its columns of down; the outputs summed over tp.
+    Same parameter names as the original, so the 1-rank names still apply."""
+
+    def __init__(self, experts, tp, tp_rank, group):
+        super().__init__()
+        inter = experts.intermediate_dim
+        if inter % tp:
+            raise ValueError(f"moe_intermediate_size {inter} is not divisible by tp {tp}")
+        w = inter // tp
+        rows = slice(tp_rank * w, (tp_rank + 1) * w)
+        gate, up = experts.gate_up_proj.data[:, :inter], experts.gate_up_proj.data[:, inter:]
+        self.gate_up_proj = nn.Parameter(torch.cat([gate[:, rows], up[:, rows]], dim=1).clone())
+        self.down_proj = nn.Parameter(experts.down_proj.data[:, :, rows].clone())
+        self.num_experts, self.act_fn, self.group = experts.num_experts, experts.act_fn, group
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        out = torch.zeros_like(hidden_states)
+        # Every expert runs on every rank (an empty row set included) so that the ranks' graphs agree.
+        for e in range(self.num_experts):
+            tok, pos = torch.where(top_k_index == e)
+            y = _expert(hidden_states[tok], self.gate_up_proj[e], self.down_proj[e], self.act_fn)
+            out.index_add_(0, tok, y * top_k_weights[tok, pos, None])
+        return _ReduceFromTp.apply(out, self.group)
+
+
+class ExpertParallelExperts(nn.Module):
+    """Qwen3MoeExperts with the experts split over the ep group: this rank holds experts
+    [ep_rank * E/ep, (ep_rank + 1) * E/ep) (renumbered from 0, same parameter names). Token rows are sorted by
+    expert, their counts exchanged (all_to_all_single), the rows sent to the owners and the results sent back
+    (all_to_all_single with autograd), as torchtitan's MoE does."""
+
+    def __init__(self, experts, ep, ep_rank, group):
+        super().__init__()
+        n = experts.num_experts
+        if n % ep:
+            raise ValueError(f"num_experts {n} is not divisible by ep {ep}")
+        self.local = n // ep
+        owned = slice(ep_rank * self.local, (ep_rank + 1) * self.local)
+        self.gate_up_proj = nn.Parameter(experts.gate_up_proj.data[owned].clone())
+        self.down_proj = nn.Parameter(experts.down_proj.data[owned].clone())
+        self.num_experts, self.ep, self.act_fn, self.group = n, ep, experts.act_fn, group
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        from torch.distributed._functional_collectives import all_to_all_single, wait_tensor
+        k = top_k_index.shape[1]
+        flat = top_k_index.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        token = order // k
+        counts = torch.bincount(flat, minlength=self.num_experts)  # per global expert, this rank's rows
+        # received[s, j]: rows rank s sends for local expert j
+        received = wait_tensor(all_to_all_single(counts, None, None, self.group)).view(self.ep, self.local)
+        send = counts.view(self.ep, self.local).sum(1).tolist()
+        recv = received.sum(1).tolist()
+        rows = _all_to_all(hidden_states[token], recv, send, self.group)
+        # Group the received rows by local expert (they arrive by source, then expert), run each, put them back.
+        by_expert = torch.argsort(torch.arange(self.local).repeat(self.ep).repeat_interleave(received.reshape(-1)),
+                                  stable=True)
+        per_expert = received.sum(0).tolist()
+        outs = [_expert(chunk, self.gate_up_proj[j], self.down_proj[j], self.act_fn)
+                for j, chunk in enumerate(rows[by_expert].split(per_expert))]
+        results = torch.empty_like(rows).index_copy(0, by_expert, torch.cat(outs))
+        back = _all_to_all(results, send, recv, self.group)
+        weights = top_k_weights.reshape(-1)[order, None]
+        return torch.zeros_like(hidden_states).index_add(0, token, back * weights)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Building the parallel model
+
+def _tp_attention(attn, layout):
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    parallelize_module(attn, layout.mesh["tp"], {"q_proj": ColwiseParallel(), "k_proj": ColwiseParallel(),
+                                                 "v_proj": ColwiseParallel(), "o_proj": RowwiseParallel()})
+
+
+def parallelize(model, config, layout):
+    """Applies the layout to a freshly built model (before hpac.hf.prepare and shard()). Returns the names of the
+    parameters whose gradients are partial per tp rank (summed over tp after backward) and of the expert-parallel
+    ones."""
+    tp_partial, expert_params = [], []
+    for i, layer in enumerate(model.model.layers):
+        prefix = f"model.layers.{i}."
+        if layout.tp > 1:
+            _tp_attention(layer.self_attn, layout)
+            tp_partial += [prefix + "self_attn.q_norm.weight", prefix + "self_attn.k_norm.weight"]
+            moe = layer.mlp
+            moe.experts = TensorParallelExperts(moe.experts, layout.tp, layout.tp_rank, layout.tp_group)
+            moe.register_forward_pre_hook(lambda m, args: (_CopyToTp.apply(args[0], layout.tp_group),) + args[1:])
+            tp_partial.append(prefix + "mlp.gate.weight")
+        if layout.ep > 1:
+            layer.mlp.experts = ExpertParallelExperts(layer.mlp.experts, layout.ep, layout.ep_rank, layout.ep_group)
+            expert_params += [prefix + "mlp.experts.gate_up_proj", prefix + "mlp.experts.down_proj"]
+    return tp_partial, expert_params
+
+
+def shard(model, layout, expert_params):
+    """FSDP2 over the dp mesh dimension: self_attn and the router / experts (the MoE block less the
+    expert-parallel experts) of every layer as their own units, then the layer, then the root."""
+    from torch.distributed.fsdp import fully_shard
+    mesh = layout.mesh["dp"]
+    params = dict(model.named_parameters())
+    ignored = {params[n] for n in expert_params}
+    for layer in model.model.layers:
+        fully_shard(layer.self_attn, mesh=mesh)
+        fully_shard(layer.mlp, mesh=mesh, ignored_params=ignored or None)
+        fully_shard(layer, mesh=mesh, ignored_params=ignored or None)
+    fully_shard(model, mesh=mesh, ignored_params=ignored or None)
+    # No backward prefetch of the previous unit (each unit "prefetches" only itself, a no-op; an empty list would
+    # mean FSDP2's default): a unit's parameters are then gathered where they are needed, by its own pre-forward
+    # hook in the recompute (inside the checkpoint region, where hpac's counts show it), not by the next unit's
+    # pre-backward hook.
+    for m in model.modules():
+        if hasattr(m, "set_modules_to_backward_prefetch"):
+            m.set_modules_to_backward_prefetch([m])
+
+
+def _local(t):
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def reduce_gradients(model, layout, tp_partial, expert_params):
+    """The gradient reductions FSDP2 and DTensor do not do (after backward, outside every region)."""
+    params = dict(model.named_parameters())
+    for n in tp_partial:
+        dist.all_reduce(_local(params[n].grad), group=layout.tp_group)
+    if layout.dp > 1 and not layout.fsdp:
+        for n, p in params.items():
+            if n not in expert_params:
+                g = _local(p.grad)
+                dist.all_reduce(g, group=layout.dp_group)
+                g.div_(layout.dp)
+    for n in expert_params:
+        g = params[n].grad
+        if layout.dp // layout.ep > 1:
+            dist.all_reduce(g, group=layout.edp_group)
+        g.div_(layout.dp)
+
+
+def reference_slice(name, ref, layout, model_spec):
+    """The part of the 1-rank parameter (or gradient) `ref` that this rank's full_grad covers."""
+    if ".mlp.experts." in name and layout.ep > 1:
+        n = model_spec["num_experts"] // layout.ep
+        return ref[layout.ep_rank * n:(layout.ep_rank + 1) * n]
+    if ".mlp.experts." in name and layout.tp > 1:
+        inter = model_spec["moe_intermediate_size"]
+        w = inter // layout.tp
+        rows = slice(layout.tp_rank * w, (layout.tp_rank + 1) * w)
+        if name.endswith("gate_up_proj"):
+            return torch.cat([ref[:, :inter][:, rows], ref[:, inter:][:, rows]], dim=1)
+        return ref[:, :, rows]
+    return ref
+
+
+def full_grad(p):
+    """The gradient as this rank's view of the 1-rank one: FSDP/TP DTensors gathered (a collective: every rank
+    calls it for the same parameters in the same order)."""
+    g = p.grad
+    return g.full_tensor() if hasattr(g, "full_tensor") else g
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Counting
+
+def phase_counts(layer_stats):
+    """{phase: {op: {"issued": n, "served": n, "saved": n, "ignored": n}}} summed over the layers' op logs, for
+    the functional collectives and FSDP2's gather and lifecycle ops (fsdp::*)."""
+    out = {"forward": {}, "recompute": {}}
+    for stats in layer_stats:
+        for key, n in stats.items():
+            if not key.startswith("log:"):
+                continue
+            phase, op, action = key[4:].split(" ")
+            name = op.split(".")[0]
+            if not (name in FUNCTIONAL_COLLECTIVES or name.startswith(("c10d::", "fsdp::"))):
+                continue
+            c = out[phase].setdefault(name, {"issued": 0, "served": 0, "saved": 0, "ignored": 0})
+            c["issued"] += n if action in ISSUED else 0
+            c["served"] += n if action == "served" else 0
+            c["saved"] += n if action == "saved" else 0
+            c["ignored"] += n if action == "ignored" else 0
+    return out
+
+
+def format_counts(counts):
+    cells = []
+    for phase in ("forward", "recompute"):
+        for op, c in sorted(counts[phase].items()):
+            extra = "".join(f" {k} {v}" for k, v in c.items() if k != "issued" and v)
+            cells.append(f"{phase} {op}: issued {c['issued']}{extra}")
+    return "; ".join(cells) or "(no collective or FSDP op inside a region)"
+
+
+def rule_violations(mode, counts):
+    """What breaks hpac's distributed rules in one step's per-phase counts (empty when none):
+    selective: every functional collective of the forward saved, none issued in the recompute (served);
+    full: functional collectives issued again in the recompute, none served;
+    every mode: FSDP2's gathers and lifecycle ops ignored in both phases (never counted, never cached).
+    torch.utils.checkpoint stops a recompute early once every tensor backward needs is back, so a recompute may
+    end before a region's last ops (the MoE block's all-reduce, for one): it sees at most the forward's calls."""
+    out = []
+    fwd, rec = counts["forward"], counts["recompute"]
+    for op in FUNCTIONAL_COLLECTIVES:
+        f = fwd.get(op)
+        r = rec.get(op, {"issued": 0, "served": 0, "saved": 0, "ignored": 0})
+        if f is None:
+            if r["issued"] or r["served"]:
+                out.append(f"{op}: in the recompute but not in the forward")
+            continue
+        if mode == "selective":
+            if f["saved"] != f["issued"]:
+                out.append(f"{op}: {f['issued']} issued in forward but {f['saved']} saved")
+            if r["issued"] or not 0 < r["served"] <= f["saved"]:
+                out.append(f"{op}: recompute issued {r['issued']} and served {r['served']} (forward saved "
+                           f"{f['saved']}): a collective must be served, never re-issued")
+        if mode == "full" and (r["served"] or not 0 < r["issued"] <= f["issued"]):
+            out.append(f"{op}: full re-issued {r['issued']} and served {r['served']} of {f['issued']} in the "
+                       "recompute")
+    for phase, c in counts.items():
+        for op, n in c.items():
+            if (op == FSDP_GATHER or op.startswith("fsdp::")) and n["ignored"] != n["issued"]:
+                out.append(f"{phase} {op}: {n['issued'] - n['ignored']} of {n['issued']} calls counted by hpac "
+                           "instead of ignored")
+    return out

@@ -1,0 +1,119 @@
+"""hpac on FSDP2, DTensor tensor parallelism and expert-parallel all-to-all (hpac.dist_train under torchrun, 2 Gloo
+ranks on loopback, the real tiny Qwen3MoeForCausalLM): parity of every rank with the 1-rank run, full and selective
+bit for bit with off, the per-phase counts of functional collectives and FSDP2 ops, a config that differs between
+ranks, a rank that dies inside a selective region."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
+TOLERANCE = 1e-5
+MODEL = """\
+model: {preset: qwen3_moe_tiny, num_layers: 2, hidden_size: 64, num_attention_heads: 4, num_key_value_heads: 2,
+        head_dim: 16, moe_intermediate_size: 32, num_experts: 4, num_experts_per_tok: 2, vocab_size: 128}
+train: {seq_len: 16, micro_batch: 2, steps: 2, lr: 1.0e-3, seed: 1234}
+activation_checkpoint: {mode: %s}
+parallel: %s
+"""
+LAYOUTS = {"dp2_fsdp": "{dp: 2, fsdp: true}", "tp2": "{tp: 2}", "ep2_dp2_fsdp": "{dp: 2, ep: 2, fsdp: true}"}
+FUNCOL = {"tp2": "_c10d_functional::all_reduce", "ep2_dp2_fsdp": "_c10d_functional::all_to_all_single"}
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _config(tmp_path, name, mode="selective", parallel="{dp: 2, fsdp: true}"):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(MODEL % (mode, parallel))
+    return str(path)
+
+
+def torchrun(*args, timeout=600):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(REPO, "plugin", "python"))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), "-m", "hpac.dist_train", *args]
+    start = time.monotonic()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    out = p.stdout + p.stderr
+    print(f"$ {' '.join(cmd)}  ({time.monotonic() - start:.1f} s, exit {p.returncode})")
+    print("\n".join(line for line in out.splitlines() if line.startswith("[rank ")))
+    return p.returncode, out, time.monotonic() - start
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_layout_parity_and_counts(tmp_path, layout):
+    out_json = tmp_path / "run.json"
+    rc, out, _ = torchrun("--config", _config(tmp_path, layout, parallel=LAYOUTS[layout]), "--json", str(out_json))
+    assert rc == 0, out[-4000:]
+    run = json.loads(out_json.read_text())
+    assert run["layout"] == layout and run["ranks"] == 2
+    for rank in run["per_rank"]:
+        modes = rank["modes"]
+        assert sorted(modes) == ["full", "off", "selective"]
+        for mode, rows in modes.items():
+            assert len(rows) == 2
+            for row in rows:
+                where = f"rank {rank['rank']} {mode} step {row['step']}"
+                # NaN or inf never passes (_max_abs_diff gives inf for them; NaN fails <=).
+                assert row["dloss_1rank"] <= TOLERANCE and row["dgrad_1rank"] <= TOLERANCE, (where, row)
+                assert row["dloss_off"] == 0.0 and row["dgrad_off"] == 0.0, (where, row)
+                fwd, rec = row["counts"]["forward"], row["counts"]["recompute"]
+                if mode == "off":
+                    assert fwd == {} and rec == {}, (where, row["counts"])
+                    continue
+                if layout in FUNCOL:
+                    op = FUNCOL[layout]
+                    wait = "_c10d_functional::wait_tensor"
+                    if mode == "selective":
+                        # Saved in the forward, served (issued 0 times) in the recompute.
+                        assert fwd[op]["issued"] > 0 and fwd[op]["saved"] == fwd[op]["issued"], (where, fwd)
+                        assert rec[op]["issued"] == 0 and 0 < rec[op]["served"] <= fwd[op]["saved"], (where, rec)
+                        assert rec[wait]["issued"] == 0 and rec[wait]["served"] > 0, (where, rec)
+                    else:
+                        # Full re-issues them (up to the recompute's early stop).
+                        assert 0 < rec[op]["issued"] <= fwd[op]["issued"] and rec[op]["served"] == 0, (where, rec)
+                if layout.endswith("fsdp"):
+                    gather = "c10d::_allgather_base_"
+                    # FSDP2's gather and lifecycle ops: ignored (never counted or cached) in both phases, and the
+                    # parameters gathered again inside the recompute.
+                    for phase in (fwd, rec):
+                        for op, c in phase.items():
+                            if op == gather or op.startswith("fsdp::"):
+                                assert c["ignored"] == c["issued"] and c["saved"] == 0 and c["served"] == 0, \
+                                    (where, op, c)
+                    assert fwd[gather]["issued"] > 0 and fwd["fsdp::all_gather_copy_in"]["ignored"] > 0, (where, fwd)
+                    assert rec[gather]["issued"] > 0 and rec["fsdp::split_with_sizes_copy"]["ignored"] > 0, \
+                        (where, rec)
+    assert "OK: " + layout in out
+
+
+def test_config_mismatch_rejected_on_every_rank(tmp_path):
+    other = _config(tmp_path, "full", mode="full")
+    rc, out, _ = torchrun("--config", _config(tmp_path, "selective"), "--rank-config", f"1={other}", timeout=300)
+    assert rc != 0
+    for r in (0, 1):
+        assert f"[rank {r}] error: hpac.distributed: the ranks run different effective configs" in out, out[-3000:]
+    assert "rank 1 differs from rank 0: rank 0: activation_checkpoint.mode=selective | rank 1: " \
+           "activation_checkpoint.mode=full" in out, out[-3000:]
+    assert " step 1:" not in out  # nobody trained
+
+
+def test_dead_rank_in_selective_region_ends_job_bounded(tmp_path):
+    timeout_s = 30
+    rc, out, elapsed = torchrun("--config", _config(tmp_path, "tp2", parallel="{tp: 2}"), "--modes", "selective",
+                                "--steps", "3", "--die-rank", "1", "--die-step", "2", "--timeout-s", str(timeout_s),
+                                timeout=300)
+    assert rc != 0
+    assert "[rank 1] fault injected: rank 1 exits (status 3) in step 2's selective forward" in out, out[-3000:]
+    # torchrun's summary names the failed rank and its exit status.
+    assert "rank      : 1 (local_rank: 1)" in out and "exitcode  : 3" in out, out[-3000:]
+    assert "[rank 1] tp2 selective step 2" not in out
+    print(f"job ended {elapsed:.1f} s after start (process-group timeout {timeout_s} s)")
