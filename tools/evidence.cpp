@@ -19,6 +19,7 @@ const char* toString(Mode mode) {
     case Mode::kOff: return "off";
     case Mode::kFull: return "full";
     case Mode::kSelective: return "selective";
+    case Mode::kBudget: return "budget";
   }
   return "?";
 }
@@ -27,10 +28,12 @@ Mode parseMode(const std::string& text) {
   if (text == "off") return Mode::kOff;
   if (text == "full") return Mode::kFull;
   if (text == "selective") return Mode::kSelective;
-  TORCH_CHECK(false, "unknown activation checkpoint mode '", text, "'; allowed: off, full, selective");
+  if (text == "budget") return Mode::kBudget;
+  TORCH_CHECK(false, "unknown activation checkpoint mode '", text, "'; allowed: off, full, selective, budget");
 }
 
 StepReport runStep(const std::vector<MoeBlock>& blocks, const at::Tensor& input, Mode mode, uint64_t seed) {
+  TORCH_CHECK(mode != Mode::kBudget, "hpac: runStep has no budget mode (a budget needs a BudgetRegion per block)");
   TrackingAllocator& tracker = TrackingAllocator::install();
   for (const MoeBlock& b : blocks) {
     for (at::Tensor p : b.parameters()) {

@@ -16,9 +16,9 @@
 
 namespace hpac {
 
-enum class Mode { kOff, kFull, kSelective };
+enum class Mode { kOff, kFull, kSelective, kBudget };  // kBudget: policy/budget_policy.h, per region
 const char* toString(Mode mode);
-// Parses "off" | "full" | "selective"; throws c10::Error naming the value and the allowed ones.
+// Parses "off" | "full" | "selective" | "budget"; throws c10::Error naming the value and the allowed ones.
 Mode parseMode(const std::string& text);
 
 struct StepReport {

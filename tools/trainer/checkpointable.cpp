@@ -14,11 +14,15 @@ void CheckpointableLayer::setCheckpoint(CheckpointSetting setting) {
               ": whole-layer and submodule checkpointing cannot be combined (checkpoint regions do not nest)");
   TORCH_CHECK(!setting.reentrant || setting.layer == Mode::kFull, "hpac: layer ", name(),
               ": the reentrant (native) path is full checkpointing only, got mode ", toString(setting.layer));
+  TORCH_CHECK((setting.layer == Mode::kBudget) == (setting.budget != nullptr), "hpac: layer ", name(),
+              ": mode budget needs a BudgetRegion and only mode budget takes one (mode ", toString(setting.layer),
+              setting.budget ? ", with a region)" : ", no region)");
   const auto children = named_children();
   for (const auto& [child, mode] : setting.submodules) {
     TORCH_CHECK(children.contains(child), "hpac: layer ", name(), " has no submodule '", child,
                 "' to checkpoint");
-    TORCH_CHECK(mode != Mode::kOff, "hpac: layer ", name(), ": submodule '", child, "' listed with mode off");
+    TORCH_CHECK(mode != Mode::kOff && mode != Mode::kBudget, "hpac: layer ", name(), ": submodule '", child,
+                "' listed with mode ", toString(mode), "; allowed for submodules: full, selective");
   }
   setting_ = std::move(setting);
 }
@@ -40,6 +44,7 @@ LayerStats CheckpointableLayer::takeStats() {
 CheckpointOptions CheckpointableLayer::options(Mode mode, bool reentrant) {
   CheckpointOptions options;
   if (mode == Mode::kSelective) options.policy = selectivePolicy();
+  if (mode == Mode::kBudget) options.policy = setting_.budget->factory();
   if (reentrant) {
     options.use_reentrant = true;
     for (const at::Tensor& p : parameters()) {

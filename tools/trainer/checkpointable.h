@@ -34,6 +34,7 @@
 // collects them. Not thread-safe: one training thread per layer.
 #pragma once
 
+#include "policy/budget_policy.h"
 #include "replay/checkpoint.h"
 #include "replay/invocation.h"
 #include "tools/evidence.h"  // hpac::Mode
@@ -54,8 +55,11 @@ struct CheckpointSetting {
   Mode layer = Mode::kOff;
   // Whole layer, full only: the reentrant path with the layer's parameters.
   bool reentrant = false;
-  // Call-site (child) name -> mode.
+  // Call-site (child) name -> mode (off, full or selective).
   std::map<std::string, Mode> submodules;
+  // Whole layer, budget only: the layer's region (its profile and plan, kept
+  // across steps; policy/budget_policy.h).
+  std::shared_ptr<BudgetRegion> budget;
 
   bool enabled() const { return layer != Mode::kOff || !submodules.empty(); }
 };
