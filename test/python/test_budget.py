@@ -9,7 +9,7 @@ import torch
 
 import hpac
 from moe_block import Block
-from parity import assert_same
+from parity import assert_same, compare
 
 BUDGETS = (0.0, 0.25, 0.5, 0.75, 1.0)
 HAS_CONTEXT_FN = hpac._major_minor(torch.__version__) >= (2, 1)
@@ -32,15 +32,15 @@ def _step(model, x0, run_block):
     return [x.grad] + [p.grad for p in model.parameters()]
 
 
-def _paths():
-    paths = ["checkpoint", "wrapper"]
+def _cases():
+    """Every budget through hpac.checkpoint; the other two front-ends at one budget (the policy is the same)."""
+    cases = [(f, "checkpoint") for f in BUDGETS] + [(0.5, "wrapper")]
     if HAS_CONTEXT_FN:
-        paths.append("context_fn")
-    return paths
+        cases.append((0.5, "context_fn"))
+    return cases
 
 
-@pytest.mark.parametrize("path", _paths())
-@pytest.mark.parametrize("fraction", BUDGETS)
+@pytest.mark.parametrize("fraction, path", _cases())
 def test_every_budget_matches_no_checkpointing_bit_for_bit(fraction, path):
     model = _model()
     torch.manual_seed(5)
@@ -82,7 +82,7 @@ def test_every_budget_matches_no_checkpointing_bit_for_bit(fraction, path):
         assert all(b.status()["kept_bytes"] == 0 for b in budgets)
     if fraction == 1.0:
         assert stats["served"] > 0
-        assert all(b.status()["saved_ops"] == b.status()["planned_ops"] for b in budgets)
+        assert all(b.status()["kept_bytes"] == b.status()["total_bytes"] > 0 for b in budgets)
     assert stats["saved"] == sum(b.status()["saved_ops"] for b in budgets)
 
 
@@ -99,7 +99,7 @@ def test_status_before_the_first_call_and_a_budget_in_bytes():
         got = _step(model, x0, lambda i, block, h: hpac.checkpoint(block, h, policy=big if i else b))
         assert_same(got, ref)
     assert b.status()["kept_bytes"] == 0 and b.status()["budget_bytes"] == 0
-    assert big.status()["saved_ops"] == big.status()["planned_ops"]  # more bytes than everything: keep all
+    assert big.status()["kept_bytes"] == big.status()["total_bytes"] > 0  # more than everything: keep all
     assert "stage='planned'" in repr(big)
 
 
@@ -114,12 +114,12 @@ def _experts_hit(block, x):
 def test_moe_routing_that_changes_the_ops_reprofiles_then_falls_back_with_one_warning():
     # The block loops over the experts hit only, so the op sequence follows the routing.
     torch.manual_seed(1)
-    block = Block(experts=8, top_k=1, dropout=0.0)
+    block = torch.nn.Sequential(Block(experts=8, top_k=1, dropout=0.0))
     torch.manual_seed(2)
     varied = torch.randn(1, 12, 32)
     same = varied[:, :1].expand(1, 12, 32).contiguous()  # one token repeated: one expert hit
     two = torch.cat([varied[:, :1].expand(1, 6, 32), varied[:, 1:2].expand(1, 6, 32)], 1).contiguous()
-    counts = [_experts_hit(block, x) for x in (varied, same, two)]
+    counts = [_experts_hit(block[0], x) for x in (varied, same, two)]
     assert len(set(counts)) == 3, f"the inputs must hit different numbers of experts, got {counts}"
 
     budget = hpac.budget(0.5, max_replans=1)
@@ -129,7 +129,8 @@ def test_moe_routing_that_changes_the_ops_reprofiles_then_falls_back_with_one_wa
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             got = _step(block, x, lambda i, blk, h: hpac.checkpoint(blk, h, policy=budget))
-        assert_same(got, ref)
+        # Experts not hit have no gradient on either side; every other tensor bit for bit, NaN never equal.
+        assert compare(got, ref, allow_missing=True) == (0.0, "")
         return [str(w.message) for w in caught if "hpac budget" in str(w.message)]
 
     assert step(varied) == [] and budget.stage == "planned"
