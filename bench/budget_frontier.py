@@ -51,13 +51,15 @@ class Model:
     """A model family: build() gives a fresh copy (same seed), batch(step) the inputs, loss(model, inputs)."""
 
 
-def qwen3_moe(config_path):
+def qwen3_moe(config_path, seq=None, batch=None):
     import transformers
     transformers.logging.set_verbosity_error()
     import hpac.hf as hf
     import hpac.hf_compare as hc
     config = hf.load_config(config_path)
     spec, train = config["model"], config["train"]
+    train["seq_len"] = seq or train["seq_len"]
+    train["micro_batch"] = batch or train["micro_batch"]
     m = Model()
     m.name, m.config = "qwen3_moe", config
     m.shape = (f"transformers Qwen3MoeForCausalLM, {spec['num_layers']} layers, hidden {spec['hidden_size']}, "
@@ -173,12 +175,12 @@ def eager_rows(m, steps, log):
     return rows
 
 
-def compile_rows(m, steps, log):
+def compile_rows(m, steps, log, fractions, on_row):
     import torch._functorch.config as functorch_config
     rows = []
     previous = functorch_config.activation_memory_budget
     try:
-        for f in FRACTIONS:
+        for f in fractions:
             torch._dynamo.reset()
             functorch_config.activation_memory_budget = f
             model = m.build()
@@ -206,6 +208,7 @@ def compile_rows(m, steps, log):
                          "compile_s": compile_s})
             log(f"{m.name} compile budget {f}: compiled in {compile_s:.0f}s, {rows[-1]['ms_median']:.0f}ms vs off "
                 f"{rows[-1]['off_ms_median_alongside']:.0f}ms, peak {max(peaks) / 2**20:.1f}MiB")
+            on_row(rows[-1])
     finally:
         functorch_config.activation_memory_budget = previous
         torch._dynamo.reset()
@@ -308,11 +311,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="qwen3_moe,moe_block", help="comma-separated: qwen3_moe, moe_block")
     ap.add_argument("--config", default=os.path.join(ROOT, "examples", "training_demo", "train.yaml"))
+    ap.add_argument("--seq", type=int, help="override the config's train.seq_len (qwen3_moe)")
+    ap.add_argument("--batch", type=int, help="override the config's train.micro_batch (qwen3_moe)")
     ap.add_argument("--block-layers", type=int, default=2)
-    ap.add_argument("--block-seq", type=int, default=512)
-    ap.add_argument("--steps", type=int, default=6, help="measured eager steps per method (after one warm-up)")
-    ap.add_argument("--compile-steps", type=int, default=3, help="measured steps per compile budget")
+    ap.add_argument("--block-seq", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=3, help="measured eager steps per method (after one warm-up)")
+    ap.add_argument("--compile-steps", type=int, default=2, help="measured steps per compile budget")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--compile-budgets", default=",".join(str(f) for f in FRACTIONS),
+                    help="activation_memory_budget values for torch.compile (default: the same as hpac's)")
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--plot", nargs=2, metavar=("JSON", "SVG"), help="only draw the plot of a results file")
     a = ap.parse_args()
@@ -327,23 +334,28 @@ def main():
     if unknown:
         ap.error(f"--models {','.join(unknown)} is not allowed; allowed: qwen3_moe, moe_block")
     with_compile = not a.no_compile and hpac._major_minor(torch.__version__) >= (2, 4)
+    compile_budgets = [float(f) for f in a.compile_budgets.split(",")]
     hpac.track_memory()
     started = time.perf_counter()
     log = lambda msg: print(f"[budget_frontier {time.perf_counter() - started:.0f}s] {msg}", flush=True)
     data = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
             "glibc_tunables": os.environ.get("GLIBC_TUNABLES"), "steps": a.steps, "compile_steps": a.compile_steps,
             "budgets": FRACTIONS, "models": {}}
-    for name in names:
-        m = qwen3_moe(a.config) if name == "qwen3_moe" else moe_block(a.block_layers, a.block_seq)
-        rows = eager_rows(m, a.steps, log)
-        if with_compile:
-            rows += compile_rows(m, a.compile_steps, log)
-        data["models"][name] = {"shape": m.shape, "rows": rows, "against_target": against_target(rows)}
-        log(f"{name}: {json.dumps(data['models'][name]['against_target'])}")
-    data["wall_s"] = time.perf_counter() - started
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with open(a.out, "w") as f:
-        json.dump(data, f, indent=1)
+
+    def save():  # after every group of rows: a run stopped early leaves what it measured
+        data["wall_s"] = time.perf_counter() - started
+        with open(a.out, "w") as f:
+            json.dump(data, f, indent=1)
+
+    for name in names:
+        m = qwen3_moe(a.config, a.seq, a.batch) if name == "qwen3_moe" else moe_block(a.block_layers, a.block_seq)
+        rows = eager_rows(m, a.steps, log)
+        entry = data["models"][name] = {"shape": m.shape, "rows": rows, "against_target": against_target(rows)}
+        save()
+        log(f"{name}: {json.dumps(entry['against_target'])}")
+        if with_compile:
+            compile_rows(m, a.compile_steps, log, compile_budgets, lambda row: (rows.append(row), save()))
     log(f"wrote {a.out}")
     return 0
 

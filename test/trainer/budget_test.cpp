@@ -122,15 +122,15 @@ TEST(TrainerBudget, EachLayerHasItsOwnRegion) {
   EXPECT_EQ(prep.layers_wrapped, 2);
 }
 
-struct Run {
+struct TrainRun {
   std::vector<StepResult> steps;
   std::vector<BudgetRegion::Status> regions;  // after the last step
 };
 
-Run train(const TrainConfig& config) {
+TrainRun train(const TrainConfig& config) {
   auto t = Trainer::create(config, *builtinRegistry(), nullptr);
   EXPECT_TRUE(t.ok()) << t.status().message();
-  Run run;
+  TrainRun run;
   for (int s = 0; s < kSteps; ++s) run.steps.push_back((*t)->step(s, /*keep_grads=*/true));
   for (const PreparedLayer& l : (*t)->preparation().layers) {
     if (l.setting.budget) run.regions.push_back(l.setting.budget->status());
@@ -141,9 +141,9 @@ Run train(const TrainConfig& config) {
 // Every step (the profile step and the replayed plans) matches off bit for bit:
 // loss, input gradient and every parameter gradient.
 TEST(TrainerBudget, EveryBudgetMatchesOffBitForBit) {
-  const Run off = train(tinyConfig("off"));
+  const TrainRun off = train(tinyConfig("off"));
   for (const char* budget : {"0", "0.25", "0.5", "0.75", "1"}) {
-    const Run b = train(tinyConfig("budget", budget));
+    const TrainRun b = train(tinyConfig("budget", budget));
     for (int s = 0; s < kSteps; ++s) {
       EXPECT_TRUE(ScalarMatches(b.steps[s].loss, off.steps[s].loss)) << budget << " step " << s;
       ASSERT_TRUE(off.steps[s].grads[0].defined());

@@ -1,13 +1,15 @@
 """hpac.hf in budget mode: activation_checkpoint.memory_budget through the C++ parser (values, and every rejection
-with file:line:col), one hpac.budget region per layer, and the tiny Qwen3MoeForCausalLM trained under every budget in
-{0, 0.25, 0.5, 0.75, 1} with loss and every gradient bitwise equal to the off run."""
+with file:line:col), one hpac.budget region per layer, and the tiny Qwen3MoeForCausalLM trained under budgets 0, 0.5
+and 1 with loss and every gradient bitwise equal to the off run (every budget in {0, 0.25, 0.5, 0.75, 1}: on the MoE
+block in test/python/test_budget.py and on the C++ trainer in test/trainer/budget_test.cpp; three here keep CI
+short)."""
 import pytest
 
 import hpac.hf as hf
 import hpac.hf_compare as hc
 import models
 
-STEPS = 3
+STEPS = 2
 
 
 def test_memory_budget_reaches_python_as_the_parser_read_it():
@@ -36,10 +38,10 @@ def test_bad_budgets_are_the_parsers_errors(text, message):
         hf.parse_config("activation_checkpoint:\n" + text, "b.yaml")
 
 
-def test_every_budget_trains_the_qwen3_moe_bit_for_bit_with_off():
+def test_budgets_train_the_qwen3_moe_bit_for_bit_with_off():
     config = hf.parse_config(models.QWEN3_MOE_YAML % "off", "level0.yaml")
     spec, train = config["model"], config["train"]
-    budgets = ["budget:0", "budget:0.25", "budget:0.5", "budget:0.75", "budget:1"]
+    budgets = ["budget:0", "budget:0.5", "budget:1"]
     runs = hc.train_compare(
         lambda: models.qwen3_moe(spec), config,
         lambda step: hc.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step),
