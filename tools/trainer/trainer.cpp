@@ -33,7 +33,10 @@ double median(std::vector<double> v) {
 
 std::string routeOf(const Preparation& p, Mode mode) {
   if (!p.touched) return "-";
-  if (mode == Mode::kSelective) return p.kv_sharing ? "selective->submodules (KV sharing)" : "selective: whole layers";
+  if (mode == Mode::kSelective || mode == Mode::kBudget) {
+    return p.kv_sharing ? absl::StrCat(toString(mode), "->submodules (KV sharing)")
+                        : absl::StrCat(toString(mode), ": whole layers");
+  }
   if (p.full_route) return absl::StrCat("full: ", toString(*p.full_route));
   return "-";
 }
