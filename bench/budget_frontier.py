@@ -215,29 +215,30 @@ def compile_rows(m, steps, log, fractions, on_row):
     return rows
 
 
+def _best_within(budget, ref, bound, optimise):
+    """(the budget point with `bound` <= ref's and the least `optimise`, None), or (None, the least-`bound` point)."""
+    fits = [r for r in budget if r[bound] <= ref[bound]]
+    if fits:
+        return min(fits, key=lambda r: r[optimise]), None
+    return None, min(budget, key=lambda r: r[bound])
+
+
 def against_target(rows):
     """The budget curve against the fixed policies (the issue's target)."""
     by = {r["method"]: r for r in rows}
     sel, full = by["selective"], by["full"]
     budget = [r for r in rows if r["family"] == "budget"]
     out = {"target": TARGET}
-    fits = [r for r in budget if r["peak_bytes"] <= sel["peak_bytes"]]
-    if fits:
-        best = min(fits, key=lambda r: r["ms_median"])
-        out["at_selective_memory"] = {"budget": best["budget"], "faster": 1 - best["ms_median"] / sel["ms_median"],
-                                      "peak_vs_selective": best["peak_bytes"] / sel["peak_bytes"]}
-    else:
-        best = min(budget, key=lambda r: r["peak_bytes"])
-        out["at_selective_memory"] = {"budget": None, "least_budget_peak_vs_selective":
-                                      best["peak_bytes"] / sel["peak_bytes"]}
-    fits = [r for r in budget if r["ms_median"] <= full["ms_median"]]
-    if fits:
-        best = min(fits, key=lambda r: r["peak_bytes"])
-        out["at_full_time"] = {"budget": best["budget"], "less_memory": 1 - best["peak_bytes"] / full["peak_bytes"],
-                               "time_vs_full": best["ms_median"] / full["ms_median"]}
-    else:
-        best = min(budget, key=lambda r: r["ms_median"])
-        out["at_full_time"] = {"budget": None, "fastest_budget_time_vs_full": best["ms_median"] / full["ms_median"]}
+    best, closest = _best_within(budget, sel, "peak_bytes", "ms_median")
+    out["at_selective_memory"] = (
+        {"budget": best["budget"], "faster": 1 - best["ms_median"] / sel["ms_median"],
+         "peak_vs_selective": best["peak_bytes"] / sel["peak_bytes"]} if best else
+        {"budget": None, "least_budget_peak_vs_selective": closest["peak_bytes"] / sel["peak_bytes"]})
+    best, closest = _best_within(budget, full, "ms_median", "peak_bytes")
+    out["at_full_time"] = (
+        {"budget": best["budget"], "less_memory": 1 - best["peak_bytes"] / full["peak_bytes"],
+         "time_vs_full": best["ms_median"] / full["ms_median"]} if best else
+        {"budget": None, "fastest_budget_time_vs_full": closest["ms_median"] / full["ms_median"]})
     return out
 
 
