@@ -1,6 +1,7 @@
 #include "plugin/ops.h"
 
 #include "plugin/fallback.h"
+#include "policy/budget_policy.h"
 #include "policy/policy_kind.h"
 #include "replay/dispatch_key.h"
 #include "replay/invocation.h"
@@ -35,9 +36,10 @@ c10::Dict<std::string, int64_t> toDict(const InvocationStats& s) {
 class InvocationHandle : public torch::CustomClassHolder {
  public:
   InvocationHandle(const std::string& kind, const std::vector<std::string>& save_list, bool allow_cache_mutation)
-      : invocation_(std::make_unique<Invocation>(
-            policyForKind(parsePolicyKind(kind, "hpac.Invocation"), save_list, "hpac.Invocation"),
-                                                 InvocationOptions{allow_cache_mutation})) {}
+      : InvocationHandle(policyForKind(parsePolicyKind(kind, "hpac.Invocation"), save_list, "hpac.Invocation"),
+                         allow_cache_mutation) {}
+  InvocationHandle(const PolicyFactory& policy, bool allow_cache_mutation)
+      : invocation_(std::make_unique<Invocation>(policy, InvocationOptions{allow_cache_mutation})) {}
 
   int64_t id() const { return static_cast<int64_t>(invocation_->id()); }
 
@@ -70,6 +72,51 @@ class InvocationHandle : public torch::CustomClassHolder {
   std::unique_ptr<RegionGuard> guard_;
   Phase phase_ = Phase::kForward;
   std::thread::id thread_;
+};
+
+// One budget region seen from Python (hpac.budget): it outlives the checkpoint
+// calls it serves, so its profile and plan carry over from step to step.
+class BudgetRegionHandle : public torch::CustomClassHolder {
+ public:
+  BudgetRegionHandle(c10::optional<double> fraction, c10::optional<int64_t> bytes, int64_t profile_invocations,
+                     int64_t max_replans)
+      : region_(std::make_shared<BudgetRegion>(makeBudgetSpec(
+            fraction ? std::optional<double>(*fraction) : std::nullopt,
+            bytes ? std::optional<int64_t>(*bytes) : std::nullopt, profile_invocations, max_replans))) {}
+
+  // A new checkpoint call of this region.
+  c10::intrusive_ptr<InvocationHandle> invocation(bool allow_cache_mutation) {
+    return c10::make_intrusive<InvocationHandle>(region_->factory(), allow_cache_mutation);
+  }
+
+  std::string stage() const { return toString(region_->status().stage); }
+
+  c10::Dict<std::string, int64_t> status() const {
+    const BudgetRegion::Status st = region_->status();
+    c10::Dict<std::string, int64_t> d;
+    int64_t saved = 0;
+    for (bool s : st.plan.save) saved += s;
+    d.insert("profiles", st.profiles);
+    d.insert("replans", st.replans);
+    d.insert("profiled_ops", static_cast<int64_t>(st.profile.size()));
+    d.insert("budget_bytes", st.plan.budget_bytes);
+    d.insert("kept_bytes", st.plan.kept_bytes);
+    d.insert("total_bytes", st.plan.total_bytes);
+    d.insert("groups", st.plan.groups);
+    d.insert("kept_groups", st.plan.kept_groups);
+    d.insert("planned_ops", static_cast<int64_t>(st.plan.save.size()));
+    d.insert("saved_ops", saved);
+    return d;
+  }
+
+  // [kernel µs the plan's saves avoid recomputing, kernel µs of every profiled op]
+  std::vector<double> micros() const {
+    const BudgetRegion::Status st = region_->status();
+    return {st.plan.saved_micros, st.plan.total_micros};
+  }
+
+ private:
+  std::shared_ptr<BudgetRegion> region_;
 };
 
 }  // namespace
@@ -108,6 +155,13 @@ void registerHpacOps(torch::Library& m) {
       .def("stored_entries", &InvocationHandle::storedEntries)
       .def("record_ops", &InvocationHandle::recordOps)
       .def("op_log", &InvocationHandle::opLog);
+
+  m.class_<BudgetRegionHandle>("BudgetRegion")
+      .def(torch::init<c10::optional<double>, c10::optional<int64_t>, int64_t, int64_t>())
+      .def("invocation", &BudgetRegionHandle::invocation)
+      .def("stage", &BudgetRegionHandle::stage)
+      .def("status", &BudgetRegionHandle::status)
+      .def("micros", &BudgetRegionHandle::micros);
 }
 
 }  // namespace hpac

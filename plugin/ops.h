@@ -16,6 +16,13 @@
 //       .id() -> int, .enter(phase: "forward"|"recompute"), .exit(completed: bool), .stats() -> Dict[str, int],
 //       .stored_entries() -> int, .record_ops(on: bool), .op_log() -> List[str]
 //       ("forward aten::mm saved", "recompute aten::mm served", ...: every op handed to the invocation)
+//   torch.classes.hpac.BudgetRegion(fraction: Optional[float], bytes: Optional[int], profile_invocations: int,
+//                                   max_replans: int)   the budget policy's region (policy/budget_policy.h)
+//       .invocation(allow_cache_mutation: bool) -> Invocation   a checkpoint call planned by this region
+//       .stage() -> str ("profiling", "planned", "fallback (fixed selective policy)"),
+//       .status() -> Dict[str, int] {profiles, replans, profiled_ops, budget_bytes, kept_bytes, total_bytes, groups,
+//                                    kept_groups, planned_ops, saved_ops},
+//       .micros() -> List[float] [kernel µs the plan saves from the recompute, kernel µs of every profiled op]
 #pragma once
 
 #include <torch/library.h>

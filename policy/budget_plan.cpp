@@ -31,6 +31,7 @@ std::vector<Group> groupsOf(const std::vector<ProfiledOp>& ops) {
   Groups uf(ops.size());
   std::unordered_map<int64_t, size_t> owner;  // storage id -> first op holding it
   for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].view) continue;  // Note [Views are recomputed]
     for (const auto& [id, bytes] : ops[i].storages) {
       const auto [it, inserted] = owner.emplace(id, i);
       if (!inserted) uf.unite(i, it->second);
@@ -40,6 +41,7 @@ std::vector<Group> groupsOf(const std::vector<ProfiledOp>& ops) {
   std::vector<Group> groups;
   std::unordered_map<int64_t, bool> counted;
   for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].view) continue;
     const auto [it, inserted] = index.emplace(uf.find(i), groups.size());
     if (inserted) groups.emplace_back();
     Group& g = groups[it->second];

@@ -20,6 +20,13 @@
 // budget of (budget - k*u) for k the number of groups it keeps (each group
 // loses less than u bytes to the rounding). With kResolution = 4096, a plan
 // keeping 40 groups is optimal for at least 99% of the budget.
+//
+// Note [Views are recomputed]: view ops are left out of the groups and never
+// kept: their outputs are metadata over storages other ops produce (or over
+// the region's inputs and parameters), so keeping them saves no kernel time,
+// and serving a stored view in the recompute makes autograd's as_view see a
+// tensor it already made a view ("View operation returned a tensor that is the
+// same as the input base tensor", torch 2.13).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +44,11 @@ struct ProfiledOp {
   // (storage id, bytes) of each tensor output; ids are any integers equal for
   // equal storages within one profile.
   std::vector<std::pair<int64_t, int64_t>> storages;
+  // A view op (a return aliases an argument without writing it: t, view,
+  // select, unsqueeze, ...): never kept. Recomputing it runs no kernel, and a
+  // served view breaks autograd's view tracking on torch 2.x (Note [Views are
+  // recomputed]).
+  bool view = false;
 };
 
 struct BudgetPlan {

@@ -18,18 +18,37 @@ const char* toString(BudgetRegion::Stage stage) {
   return "?";
 }
 
-void validateBudgetSpec(const BudgetSpec& spec) {
-  const bool has_fraction = spec.fraction != -1;
-  const bool has_bytes = spec.bytes != -1;
+namespace {
+
+void checkBudgetValues(bool has_fraction, double fraction, bool has_bytes, int64_t bytes, int64_t profile_invocations,
+                       int64_t max_replans) {
   TORCH_CHECK(has_fraction != has_bytes, "hpac budget: give exactly one of a fraction in [0, 1] or a number of bytes",
               " (got ", has_fraction ? "both" : "neither", ")");
-  TORCH_CHECK(!has_fraction || (std::isfinite(spec.fraction) && spec.fraction >= 0 && spec.fraction <= 1),
-              "hpac budget: fraction ", spec.fraction, " is outside [0, 1]; 0 recomputes everything (full), 1 keeps "
-              "every output");
-  TORCH_CHECK(!has_bytes || spec.bytes >= 0, "hpac budget: bytes ", spec.bytes, " is negative; allowed: >= 0");
-  TORCH_CHECK(spec.profile_invocations >= 1, "hpac budget: profile_invocations ", spec.profile_invocations,
+  TORCH_CHECK(!has_fraction || (std::isfinite(fraction) && fraction >= 0 && fraction <= 1), "hpac budget: fraction ",
+              fraction, " is outside [0, 1]; 0 recomputes everything (full), 1 keeps every output");
+  TORCH_CHECK(!has_bytes || bytes >= 0, "hpac budget: bytes ", bytes, " is negative; allowed: >= 0");
+  TORCH_CHECK(profile_invocations >= 1, "hpac budget: profile_invocations ", profile_invocations,
               " is not allowed; allowed: >= 1");
-  TORCH_CHECK(spec.max_replans >= 0, "hpac budget: max_replans ", spec.max_replans, " is negative; allowed: >= 0");
+  TORCH_CHECK(max_replans >= 0, "hpac budget: max_replans ", max_replans, " is negative; allowed: >= 0");
+}
+
+}  // namespace
+
+void validateBudgetSpec(const BudgetSpec& spec) {
+  checkBudgetValues(spec.fraction != -1, spec.fraction, spec.bytes != -1, spec.bytes, spec.profile_invocations,
+                    spec.max_replans);
+}
+
+BudgetSpec makeBudgetSpec(std::optional<double> fraction, std::optional<int64_t> bytes, int64_t profile_invocations,
+                          int64_t max_replans) {
+  checkBudgetValues(fraction.has_value(), fraction.value_or(0), bytes.has_value(), bytes.value_or(0),
+                    profile_invocations, max_replans);
+  BudgetSpec spec;
+  spec.fraction = fraction.value_or(-1);
+  spec.bytes = bytes.value_or(-1);
+  spec.profile_invocations = profile_invocations;
+  spec.max_replans = max_replans;
+  return spec;
 }
 
 namespace {

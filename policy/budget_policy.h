@@ -25,6 +25,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,11 @@ struct BudgetSpec {
 
 // Checks a spec; throws c10::Error naming the value and what is allowed.
 void validateBudgetSpec(const BudgetSpec& spec);
+
+// A checked spec from a front-end's arguments (Python, the YAML), where "not
+// given" is an empty optional: a -1 given explicitly is rejected by name too.
+BudgetSpec makeBudgetSpec(std::optional<double> fraction, std::optional<int64_t> bytes,
+                          int64_t profile_invocations = 1, int64_t max_replans = 2);
 
 class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
  public:

@@ -8,7 +8,7 @@
 namespace hpac {
 
 const std::vector<std::string>& checkpointModeNames() {
-  static const std::vector<std::string> names = {"off", "full", "selective"};
+  static const std::vector<std::string> names = {"off", "full", "selective", "budget"};
   return names;
 }
 
@@ -38,6 +38,9 @@ CheckpointMode checkpointModeOrThrow(const std::string& name) {
 CheckpointOptions checkpointOptionsFor(CheckpointMode mode) {
   TORCH_CHECK(mode != CheckpointMode::kOff,
               "hpac: checkpoint mode 'off' has no checkpoint options; run the function without hpac::checkpoint");
+  TORCH_CHECK(mode != CheckpointMode::kBudget,
+              "hpac: checkpoint mode 'budget' needs a budget: give the checkpoint a BudgetRegion's factory() "
+              "(policy/budget_policy.h) as its policy");
   CheckpointOptions options;
   if (mode == CheckpointMode::kSelective) options.policy = selectivePolicy();
   return options;

@@ -272,6 +272,10 @@ void Invocation::observe(const Admission& admission, const c10::OperatorHandle& 
   profile.occurrence = admission.occurrence;
   profile.micros = static_cast<double>(nanos) / 1e3;
   for (size_t j = 0; j < num_returns; ++j) {
+    const auto* alias = schema.returns()[j].alias_info();
+    profile.view = profile.view || (alias != nullptr && !alias->isWrite());  // Note [Views are recomputed]
+  }
+  for (size_t j = 0; j < num_returns; ++j) {
     const c10::IValue& ret = stack[stack.size() - num_returns + j];
     const bool snapshot = aliasedArgument(schema, j) >= 0;
     forEachTensor(ret, [&](const at::Tensor& t) {

@@ -8,7 +8,7 @@ namespace {
 
 ProfiledOp op(const std::string& name, int64_t occurrence, double micros,
               std::vector<std::pair<int64_t, int64_t>> storages) {
-  return ProfiledOp{name, nullptr, occurrence, micros, std::move(storages)};
+  return ProfiledOp{name, nullptr, occurrence, micros, std::move(storages), false};
 }
 
 // A greedy choice by time per byte takes A (the best ratio) and then has no
@@ -40,6 +40,23 @@ TEST(BudgetPlan, AliasesShareTheirStorageCost) {
   EXPECT_EQ(plan.kept_bytes, 80);
   EXPECT_EQ(plan.groups, 2);
   EXPECT_EQ(plan.total_bytes, 150);  // the shared storage counted once
+}
+
+// Note [Views are recomputed]: a view op is in no group and never kept, even
+// when everything fits, and its bytes and time count nowhere.
+TEST(BudgetPlan, ViewsAreNeverKept) {
+  std::vector<ProfiledOp> ops = {
+      op("aten::t", 0, 1.0, {{3, 4096}}),  // a view of a parameter the region did not produce
+      op("aten::mm", 0, 5.0, {{7, 80}}),
+      op("aten::unsqueeze", 0, 1.0, {{7, 80}}),
+  };
+  ops[0].view = ops[2].view = true;
+  const BudgetPlan plan = planBudget(ops, 1 << 20);
+  EXPECT_EQ(plan.save, (std::vector<bool>{false, true, false}));
+  EXPECT_EQ(plan.total_bytes, 80);
+  EXPECT_EQ(plan.kept_bytes, 80);
+  EXPECT_EQ(plan.groups, 1);
+  EXPECT_EQ(plan.total_micros, 5.0);
 }
 
 // topk's values and indices are two storages of one op: one group, both bytes.

@@ -3,6 +3,8 @@
 // stop matching the region; bad specs.
 #include "policy/budget_policy.h"
 #include "replay/checkpoint.h"
+#include "test/support/captured_warnings.h"
+#include "test/support/parity.h"
 #include "tools/evidence/evidence.h"
 
 #include <ATen/ATen.h>
@@ -118,6 +120,38 @@ TEST(BudgetPolicy, ARegionWhoseOpsChangeReprofilesThenFallsBack) {
   EXPECT_GT(fixed.stats.saved, 0);  // the selective rules keep the matmuls and softmax
 }
 
+// The fallback warns once, however many changed forwards follow, and with no
+// replans allowed the first change falls back at once.
+TEST(BudgetPolicy, FallbackWarnsOnceAndStaysOnTheFixedPolicy) {
+  const Problem p = problem();
+  auto region = std::make_shared<BudgetRegion>(BudgetSpec{0.5, -1, /*profile_invocations=*/1, /*max_replans=*/0});
+  CapturedWarnings warnings;
+  step(p, region->factory(), true, 0);  // profile
+  ASSERT_EQ(region->status().stage, BudgetRegion::Stage::kPlanned);
+  for (int extra : {1, 2, 0, 3}) {
+    const Step s = step(p, region->factory(), true, extra);
+    EXPECT_TRUE(Matches(s.grads, step(p, {}, false, extra).grads)) << "extra " << extra;
+    EXPECT_EQ(region->status().stage, BudgetRegion::Stage::kFallback) << "extra " << extra;
+  }
+  EXPECT_EQ(region->status().replans, 0);
+  int64_t fallback_warnings = 0;
+  for (const std::string& m : warnings.messages) fallback_warnings += m.find("hpac budget:") != std::string::npos;
+  EXPECT_EQ(fallback_warnings, 1);
+}
+
+// A plan made with profile_invocations = 2 waits for the second profile.
+TEST(BudgetPolicy, ProfileInvocationsDelayThePlan) {
+  const Problem p = problem();
+  auto region = std::make_shared<BudgetRegion>(BudgetSpec{1.0, -1, /*profile_invocations=*/2});
+  step(p, region->factory(), true);
+  EXPECT_EQ(region->status().stage, BudgetRegion::Stage::kProfiling);
+  EXPECT_EQ(region->status().profiles, 1);
+  step(p, region->factory(), true);
+  EXPECT_EQ(region->status().stage, BudgetRegion::Stage::kPlanned);
+  const Step replay = step(p, region->factory(), true);
+  EXPECT_GT(replay.stats.served, 0);
+}
+
 TEST(BudgetPolicy, BadSpecsNameTheValueAndWhatIsAllowed) {
   auto message = [](BudgetSpec spec) {
     try {
@@ -135,6 +169,20 @@ TEST(BudgetPolicy, BadSpecsNameTheValueAndWhatIsAllowed) {
   EXPECT_NE(message({0.5, -1, 0}).find("profile_invocations 0"), std::string::npos);
   EXPECT_EQ(message({0.5, -1}), "(no error)");
   EXPECT_EQ(message({-1, 0}), "(no error)");
+  // From a front-end: a -1 given explicitly is an error naming it, not "neither".
+  auto made = [](std::optional<double> f, std::optional<int64_t> b) {
+    try {
+      makeBudgetSpec(f, b);
+    } catch (const c10::Error& e) {
+      return std::string(e.what_without_backtrace());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(made(std::nullopt, -1).find("bytes -1 is negative"), std::string::npos);
+  EXPECT_NE(made(-1.0, std::nullopt).find("fraction -1 is outside [0, 1]"), std::string::npos);
+  EXPECT_NE(made(std::nullopt, std::nullopt).find("(got neither)"), std::string::npos);
+  EXPECT_EQ(made(0.0, std::nullopt), "(no error)");
+  EXPECT_EQ(made(std::nullopt, 0), "(no error)");
 }
 
 }  // namespace

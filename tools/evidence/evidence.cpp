@@ -15,6 +15,7 @@
 namespace hpac {
 
 StepReport runStep(const std::vector<MoeBlock>& blocks, const at::Tensor& input, CheckpointMode mode, uint64_t seed) {
+  TORCH_CHECK(mode != CheckpointMode::kBudget, "hpac: runStep has no budget mode (a budget needs a BudgetRegion per block)");
   TrackingAllocator& tracker = TrackingAllocator::install();
   for (const MoeBlock& b : blocks) {
     for (at::Tensor p : b.parameters()) {

@@ -14,11 +14,15 @@ void CheckpointableLayer::setCheckpoint(CheckpointSetting setting) {
               ": whole-layer and submodule checkpointing cannot be combined (checkpoint regions do not nest)");
   TORCH_CHECK(!setting.reentrant || setting.layer == CheckpointMode::kFull, "hpac: layer ", name(),
               ": the reentrant (native) path is full checkpointing only, got mode ", toString(setting.layer));
+  TORCH_CHECK((setting.layer == CheckpointMode::kBudget) == (setting.budget != nullptr), "hpac: layer ", name(),
+              ": mode budget needs a BudgetRegion and only mode budget takes one (mode ", toString(setting.layer),
+              setting.budget ? ", with a region)" : ", no region)");
   const auto children = named_children();
   for (const auto& [child, mode] : setting.submodules) {
     TORCH_CHECK(children.contains(child), "hpac: layer ", name(), " has no submodule '", child,
                 "' to checkpoint");
-    TORCH_CHECK(mode != CheckpointMode::kOff, "hpac: layer ", name(), ": submodule '", child, "' listed with mode off");
+    TORCH_CHECK(mode != CheckpointMode::kOff && mode != CheckpointMode::kBudget, "hpac: layer ", name(), ": submodule '", child,
+                "' listed with mode ", toString(mode), "; allowed for submodules: full, selective");
   }
   setting_ = std::move(setting);
 }
@@ -38,7 +42,12 @@ LayerStats CheckpointableLayer::takeStats() {
 }
 
 CheckpointOptions CheckpointableLayer::options(CheckpointMode mode, bool reentrant) {
-  CheckpointOptions options = checkpointOptionsFor(mode);
+  CheckpointOptions options;
+  if (mode == CheckpointMode::kBudget) {
+    options.policy = setting_.budget->factory();  // the layer's region, not the mode's (checkpointOptionsFor refuses)
+  } else {
+    options = checkpointOptionsFor(mode);
+  }
   if (reentrant) {
     options.use_reentrant = true;
     for (const at::Tensor& p : parameters()) {

@@ -34,6 +34,7 @@
 // collects them. Not thread-safe: one training thread per layer.
 #pragma once
 
+#include "policy/budget_policy.h"
 #include "replay/checkpoint.h"
 #include "replay/checkpoint_mode.h"
 #include "replay/invocation.h"
@@ -54,8 +55,11 @@ struct CheckpointSetting {
   CheckpointMode layer = CheckpointMode::kOff;
   // Whole layer, full only: the reentrant path with the layer's parameters.
   bool reentrant = false;
-  // Call-site (child) name -> mode.
+  // Call-site (child) name -> mode (off, full or selective).
   std::map<std::string, CheckpointMode> submodules;
+  // Whole layer, budget only: the layer's region (its profile and plan, kept
+  // across steps; policy/budget_policy.h).
+  std::shared_ptr<BudgetRegion> budget;
 
   bool enabled() const { return layer != CheckpointMode::kOff || !submodules.empty(); }
 };

@@ -5,6 +5,10 @@
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
@@ -13,6 +17,9 @@ namespace hpac::trainer {
 namespace {
 
 constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+constexpr const char* kMemoryBudgetAllowed =
+    "allowed: a fraction in [0, 1] of what the region keeps with checkpointing off (0.3), or bytes per region with "
+    "a unit: B, KiB, MiB or GiB (64MiB)";
 
 #define HPAC_ASSIGN_OR_RETURN(lhs, expr) \
   {                                      \
@@ -236,13 +243,40 @@ class ConfigParser {
   }
 
   absl::Status parseCheckpoint(const YAML::Node& node, const ModelSpec& model, ActivationCheckpointSpec& ac) {
-    if (auto s = r_.checkMap(node, "activation_checkpoint", {"mode", "layers"}); !s.ok()) return s;
+    if (auto s = r_.checkMap(node, "activation_checkpoint", {"mode", "memory_budget", "layers"}); !s.ok()) return s;
     if (node["mode"]) HPAC_ASSIGN_OR_RETURN(ac.mode, mode(node["mode"], "activation_checkpoint.mode"));
-    if (!node["layers"]) return absl::OkStatus();
-    const YAML::Node layers = node["layers"];
+    if (node["memory_budget"]) {
+      const YAML::Node b = node["memory_budget"];
+      std::string text;
+      HPAC_ASSIGN_OR_RETURN(text, r_.scalar(b, "activation_checkpoint.memory_budget"));
+      absl::StatusOr<MemoryBudget> budget = parseMemoryBudget(text);
+      if (!budget.ok()) return r_.error(b, "activation_checkpoint.memory_budget", std::string(budget.status().message()));
+      ac.memory_budget = *std::move(budget);
+      ac.memory_budget->where = r_.where(b);
+    }
+    if (node["layers"]) {
+      if (auto s = parseLayers(node["layers"], model, ac); !s.ok()) return s;
+    }
+    // memory_budget and mode budget come together.
+    if (ac.usesBudget() && !ac.memory_budget) {
+      const bool top = ac.mode == CheckpointMode::kBudget;
+      const YAML::Node at = top ? node["mode"] : node["layers"];
+      return r_.error(at, top ? "activation_checkpoint.mode" : "activation_checkpoint.layers",
+                      absl::StrCat("'budget' needs activation_checkpoint.memory_budget: ", kMemoryBudgetAllowed));
+    }
+    if (ac.memory_budget && !ac.usesBudget()) {
+      return r_.error(node["memory_budget"], "activation_checkpoint.memory_budget",
+                      absl::StrCat("'", ac.memory_budget->text, "' is set but no layer uses mode budget (mode is '",
+                                   toString(ac.mode), "'); allowed only with activation_checkpoint.mode: budget or a "
+                                   "budget entry in activation_checkpoint.layers"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status parseLayers(const YAML::Node& layers, const ModelSpec& model, ActivationCheckpointSpec& ac) {
     if (!layers.IsMap()) {
       return r_.error(layers, "activation_checkpoint.layers",
-                      "expected a map of layer index or \"a-b\" range to off | full | selective");
+                      "expected a map of layer index or \"a-b\" range to off | full | selective | budget");
     }
     for (auto it = layers.begin(); it != layers.end(); ++it) {
       const YAML::Node key = it->first;
@@ -311,6 +345,46 @@ absl::StatusOr<ModelSpec> modelPreset(const std::string& name) {
   return it->second;
 }
 
+absl::StatusOr<MemoryBudget> parseMemoryBudget(const std::string& text) {
+  MemoryBudget b;
+  b.text = text;
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(begin, &end);
+  if (text.empty() || end == begin || errno == ERANGE || !std::isfinite(value) ||
+      std::isspace(static_cast<unsigned char>(text[0]))) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a fraction or a size; ", kMemoryBudgetAllowed));
+  }
+  const std::string unit(end);
+  if (unit.empty()) {
+    if (!(value >= 0 && value <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", text, "' is outside [0, 1] (a plain number is a fraction; give bytes with a unit); ",
+          kMemoryBudgetAllowed));
+    }
+    b.fraction = value;
+    return b;
+  }
+  const std::map<std::string, double> units = {{"B", 1.0}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+  auto it = units.find(unit);
+  if (it == units.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' has unit '", unit, "'; ", kMemoryBudgetAllowed));
+  }
+  if (value < 0) return absl::InvalidArgumentError(absl::StrCat("'", text, "' is negative; ", kMemoryBudgetAllowed));
+  const double bytes = std::floor(value * it->second);
+  if (bytes > static_cast<double>(std::numeric_limits<int64_t>::max() / 2)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is too large; ", kMemoryBudgetAllowed));
+  }
+  b.bytes = static_cast<int64_t>(bytes);
+  return b;
+}
+
+bool ActivationCheckpointSpec::usesBudget() const {
+  if (mode == CheckpointMode::kBudget) return true;
+  return std::any_of(layers.begin(), layers.end(), [](const LayerRange& r) { return r.mode == CheckpointMode::kBudget; });
+}
+
 CheckpointMode ActivationCheckpointSpec::modeOf(int64_t index) const {
   for (const LayerRange& r : layers) {
     if (index >= r.first && index <= r.last) return r.mode;
@@ -340,6 +414,10 @@ std::string effectiveSummary(const TrainConfig& c) {
                   c.train.weight_decay, "\ntrain.seed=", c.train.seed, "\ntrain.dtype=", c.train.dtype,
                   "\ntrain.compile=", c.train.compile);
   absl::StrAppend(&out, "\nactivation_checkpoint.mode=", toString(c.activation_checkpoint.mode));
+  if (const auto& b = c.activation_checkpoint.memory_budget) {
+    absl::StrAppend(&out, "\nactivation_checkpoint.memory_budget=",
+                    b->bytes >= 0 ? absl::StrCat(b->bytes, "B") : absl::StrCat(b->fraction));
+  }
   for (const LayerRange& r : c.activation_checkpoint.layers) {
     absl::StrAppend(&out, "\nactivation_checkpoint.layers.", r.first, "-", r.last, "=", toString(r.mode));
   }

@@ -19,7 +19,11 @@
 //     dtype: float32             # float32 | bfloat16
 //     compile: false             # routing only: libtorch has no compiler
 //   activation_checkpoint:
-//     mode: selective            # off | full | selective   (`off` is the string off)
+//     mode: selective            # off | full | selective | budget   (`off` is the string off)
+//     memory_budget: 0.3         # with budget only: a fraction in [0, 1] of what each
+//                                # region keeps under off, or bytes per region with a
+//                                # unit: 64MiB, 512KiB, 2GiB, 4096B (a plain number is
+//                                # always a fraction)
 //     layers:                    # optional per-layer plan over the language tower
 //       0: off
 //       "2-3": full              # inclusive range
@@ -36,6 +40,7 @@
 #include "absl/status/statusor.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -87,9 +92,21 @@ struct LayerRange {
   std::string where;  // "file:line:col" of the key, for later errors
 };
 
+// activation_checkpoint.memory_budget: exactly one of the two is >= 0.
+struct MemoryBudget {
+  double fraction = -1;  // of what a region keeps with checkpointing off, in [0, 1]
+  int64_t bytes = -1;    // per region
+  std::string text;      // as written ("0.3", "64MiB")
+  std::string where;     // "file:line:col"
+};
+
 struct ActivationCheckpointSpec {
   CheckpointMode mode = CheckpointMode::kOff;
   std::vector<LayerRange> layers;  // sorted by first, non-overlapping
+  // Set exactly when some layer's mode is budget (the parser checks both ways).
+  std::optional<MemoryBudget> memory_budget;
+  // True when `mode` or a plan entry is budget.
+  bool usesBudget() const;
   // The mode of language-tower layer `index` (the plan entry covering it, else `mode`).
   CheckpointMode modeOf(int64_t index) const;
   // True when no layer can be checkpointed (mode off and every plan entry off).
@@ -130,5 +147,8 @@ std::string effectiveSummary(const TrainConfig& config);
 // Reads and validates a config file / text (`file` names it in errors).
 absl::StatusOr<TrainConfig> loadConfig(const std::string& path);
 absl::StatusOr<TrainConfig> parseConfig(const std::string& text, const std::string& file = "<string>");
+
+// Parses a memory_budget value (the grammar above): InvalidArgument "'<text>' ..." naming what is allowed.
+absl::StatusOr<MemoryBudget> parseMemoryBudget(const std::string& text);
 
 }  // namespace hpac::trainer

@@ -88,7 +88,16 @@ std::string configJson(const TrainConfig& c) {
     absl::StrAppend(&out, i ? ", " : "", "{\"first\": ", r.first, ", \"last\": ", r.last, ", \"mode\": ",
                     quote(toString(r.mode)), ", \"where\": ", quote(r.where), "}");
   }
-  absl::StrAppend(&out, "]}, \"activation_swap\": ", quote(toString(c.activation_swap)));
+  absl::StrAppend(&out, "], \"memory_budget\": ");
+  if (ac.memory_budget) {
+    const MemoryBudget& b = *ac.memory_budget;
+    absl::StrAppend(&out, "{\"fraction\": ", b.fraction >= 0 ? number(b.fraction) : std::string("null"),
+                    ", \"bytes\": ", b.bytes >= 0 ? absl::StrCat(b.bytes) : std::string("null"), ", \"text\": ",
+                    quote(b.text), ", \"where\": ", quote(b.where), "}");
+  } else {
+    out += "null";
+  }
+  absl::StrAppend(&out, "}, \"activation_swap\": ", quote(toString(c.activation_swap)));
   const ParallelSpec& p = c.parallel;
   absl::StrAppend(&out, ", \"parallel\": {\"tp\": ", p.tp, ", \"dp\": ", p.dp, ", \"ep\": ", p.ep, ", \"fsdp\": ",
                   boolean(p.fsdp), "}, \"effective_summary\": ", quote(effectiveSummary(c)), "}");

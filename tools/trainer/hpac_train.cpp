@@ -1,7 +1,7 @@
 // hpac-train: trains a model of the zoo under the YAML config's activation
 // checkpointing mode, or compares off / full / selective (--compare).
 //
-//   hpac-train --config examples/training_demo/train.yaml [--mode off|full|selective]
+//   hpac-train --config examples/training_demo/train.yaml [--mode off|full|selective|budget]
 //              [--compare] [--steps N] [--registry PATH] [--nproc N]
 //
 // With a `parallel:` section (tp x dp ranks), --nproc N starts the N ranks
@@ -36,11 +36,12 @@
 namespace {
 
 const char* kUsage =
-    "usage: hpac-train --config FILE [--mode off|full|selective] [--compare] [--steps N] [--registry FILE] "
+    "usage: hpac-train --config FILE [--mode off|full|selective|budget] [--compare] [--steps N] [--registry FILE] "
     "[--nproc N] [--version]\n"
     "  --config    trainer YAML (e.g. examples/training_demo/train.yaml)\n"
-    "  --mode      override activation_checkpoint.mode\n"
-    "  --compare   train off, full and selective from the same seed and print the comparison table\n"
+    "  --mode      override activation_checkpoint.mode (budget needs activation_checkpoint.memory_budget)\n"
+    "  --compare   train off, full and selective (and budget when the config has a memory_budget) from the same "
+    "seed and print the comparison table\n"
     "  --steps     override train.steps\n"
     "  --registry  model registry YAML (default: the one shipped with hpac)\n"
     "  --nproc     start N local ranks (must equal the config's parallel tp x dp)\n"
@@ -114,8 +115,8 @@ int main(int argc, char** argv) try {
       if (flag == "--config") config_path = *v;
       if (flag == "--registry") registry_path = *v;
       if (flag == "--mode") {
-        if (*v != "off" && *v != "full" && *v != "selective") {
-          return fail(absl::StrCat("--mode '", *v, "' is not allowed; allowed: off, full, selective"));
+        if (*v != "off" && *v != "full" && *v != "selective" && *v != "budget") {
+          return fail(absl::StrCat("--mode '", *v, "' is not allowed; allowed: off, full, selective, budget"));
         }
         mode = *v;
       }
@@ -137,6 +138,10 @@ int main(int argc, char** argv) try {
   auto config = loadConfig(config_path);
   if (!config.ok()) return fail(std::string(config.status().message()));
   if (mode) config->activation_checkpoint.mode = hpac::checkpointModeOrThrow(*mode);
+  if (config->activation_checkpoint.usesBudget() && !config->activation_checkpoint.memory_budget) {
+    return fail(absl::StrCat("--mode budget needs activation_checkpoint.memory_budget in ", config_path,
+                             " (a fraction in [0, 1], or bytes with a unit such as 64MiB)"));
+  }
   if (steps) config->train.steps = *steps;
 
   absl::StatusOr<ModelRegistry> registry =
@@ -225,7 +230,12 @@ int main(int argc, char** argv) try {
       worst_grad = std::max(worst_grad, row.max_grad_diff);
     }
     if (result->bitwise && !parallel) {
-      std::cout << "OK: full and selective match off bit for bit (loss, input and parameter gradients, every step)\n";
+      std::cout << "OK: full and selective match off bit for bit (loss, input and parameter gradients, every step)"
+                << (result->rows.size() > 3 ? absl::StrCat("; budget (memory_budget ",
+                                                           config->activation_checkpoint.memory_budget->text,
+                                                           ") too")
+                                            : std::string())
+                << "\n";
       return 0;
     }
     if (worst_loss <= kTolerance && worst_grad <= kTolerance) {
@@ -270,6 +280,15 @@ int main(int argc, char** argv) try {
                : absl::StrFormat("%.3f MiB", static_cast<double>(peak) / (1024.0 * 1024.0)),
       prep.layers_wrapped, prep.submodules_wrapped, recomputed,
       served);
+  for (const PreparedLayer& p : prep.layers) {
+    if (!p.setting.budget) continue;
+    const hpac::BudgetRegion::Status st = p.setting.budget->status();
+    std::cout << absl::StrFormat("budget %s: %s after %d profiles, %d replans; plan keeps %d of %d bytes (budget %d), "
+                                 "%d of %d ops\n",
+                                 p.layer.path, hpac::toString(st.stage), st.profiles, st.replans, st.plan.kept_bytes,
+                                 st.plan.total_bytes, st.plan.budget_bytes,
+                                 std::count(st.plan.save.begin(), st.plan.save.end(), true), st.plan.save.size());
+  }
   return 0;
 } catch (const c10::Error& e) {
   std::cerr << "hpac-train: " << e.what_without_backtrace() << "\n";

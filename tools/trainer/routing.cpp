@@ -62,6 +62,11 @@ void logToStderr(LogLevel level, const std::string& message) {
   std::cerr << "[hpac-train] " << (level == LogLevel::kWarning ? "warning: " : "") << message << "\n";
 }
 
+BudgetSpec budgetSpec(const MemoryBudget& budget) {
+  return makeBudgetSpec(budget.fraction >= 0 ? std::optional<double>(budget.fraction) : std::nullopt,
+                        budget.bytes >= 0 ? std::optional<int64_t>(budget.bytes) : std::nullopt);
+}
+
 absl::StatusOr<Preparation> prepareModel(ZooModel& model, const TrainConfig& config, const ModelRegistry& registry,
                                          const LogFn& log) {
   Preparation prep;
@@ -180,12 +185,15 @@ absl::StatusOr<Preparation> prepareModel(ZooModel& model, const TrainConfig& con
     }
     CheckpointSetting s;
     std::vector<std::string> subs;
-    if (p.mode == CheckpointMode::kSelective && !prep.kv_sharing) {
-      s.layer = CheckpointMode::kSelective;
-    } else if (p.mode == CheckpointMode::kSelective) {
+    const bool policy_mode = p.mode == CheckpointMode::kSelective || p.mode == CheckpointMode::kBudget;
+    if (policy_mode && !prep.kv_sharing) {
+      s.layer = p.mode;
+      // One region per layer: each layer profiles and plans its own forward (MoE routing differs per layer).
+      if (p.mode == CheckpointMode::kBudget) s.budget = std::make_shared<BudgetRegion>(budgetSpec(*ac.memory_budget));
+    } else if (policy_mode) {
       if (!warned_degrade) {
-        logger.warn("selective with KV sharing degrades to submodule checkpointing (full) of the MLP and norms; "
-                    "attention is not checkpointed");
+        logger.warn(absl::StrCat(toString(p.mode), " with KV sharing degrades to submodule checkpointing (full) of "
+                                 "the MLP and norms; attention is not checkpointed"));
         warned_degrade = true;
       }
       subs = childrenNamed(*p.layer.module, {&a.mlp, &a.norm1, &a.norm2, &a.mtp});

@@ -6,6 +6,9 @@
 //   off        nothing is touched: no discovery, no wrapping, no config change.
 //   selective  every discovered layer is checkpointed whole with the built-in
 //              selective policy (one invocation per layer call).
+//   budget     as selective, with the memory-budget policy: each layer has its
+//              own BudgetRegion (memory_budget), kept across steps, which
+//              profiles the layer's first forward and replays its plan after.
 //   full       one route for the model, the first that holds in this order
 //              (the reference design's flowchart, Note [Full decision order]):
 //              1. a vision tower (not language-tower-only) -> submodules;
@@ -19,7 +22,7 @@
 //                 alias lists (mlp, attention, norm1, norm2, mtp).
 //   KV sharing (num_kv_shared_layers > 0 in the config or a sub-config): use_cache
 //              is kept, attention is never checkpointed, full takes the submodule
-//              route without attention, and selective degrades (with a warning)
+//              route without attention, and selective (or budget) degrades (with a warning)
 //              to full checkpointing of the MLP and norm submodules. Without KV
 //              sharing, use_cache is set false on the config and every sub-config.
 //   activation_swap: attention together with any non-off mode is an error.
@@ -68,6 +71,9 @@ struct Preparation {
   std::vector<std::string> messages;  // everything logged, in order
   std::vector<std::string> warnings;
 };
+
+// The budget policy's spec for activation_checkpoint.memory_budget (each budget layer gets its own BudgetRegion).
+BudgetSpec budgetSpec(const MemoryBudget& budget);
 
 absl::StatusOr<Preparation> prepareModel(ZooModel& model, const TrainConfig& config, const ModelRegistry& registry,
                                          const LogFn& log = logToStderr);

@@ -34,7 +34,10 @@ double median(std::vector<double> v) {
 
 std::string routeOf(const Preparation& p, CheckpointMode mode) {
   if (!p.touched) return "-";
-  if (mode == CheckpointMode::kSelective) return p.kv_sharing ? "selective->submodules (KV sharing)" : "selective: whole layers";
+  if (mode == CheckpointMode::kSelective || mode == CheckpointMode::kBudget) {
+    return p.kv_sharing ? absl::StrCat(toString(mode), "->submodules (KV sharing)")
+                        : absl::StrCat(toString(mode), ": whole layers");
+  }
   if (p.full_route) return absl::StrCat("full: ", toString(*p.full_route));
   return "-";
 }
@@ -228,7 +231,10 @@ std::string formatCollectives(const StepCollectives& c) {
 
 absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelRegistry& registry, std::ostream& out,
                                          const LogFn& log, std::shared_ptr<ParallelRuntime> parallel) {
-  const CheckpointMode modes[] = {CheckpointMode::kOff, CheckpointMode::kFull, CheckpointMode::kSelective};
+  // Budget joins when the config has a memory_budget (one rank only).
+  std::vector<CheckpointMode> modes = {CheckpointMode::kOff, CheckpointMode::kFull, CheckpointMode::kSelective};
+  if (config.activation_checkpoint.memory_budget && !parallel) modes.push_back(CheckpointMode::kBudget);
+  const int n = static_cast<int>(modes.size());
   std::vector<std::unique_ptr<Trainer>> trainers;
   CompareResult result;
   result.parallel = parallel != nullptr;
@@ -267,14 +273,14 @@ absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelR
   const int64_t steps = config.train.steps;
   for (int64_t s = 0; s < steps; ++s) {
     // Rotate the order each step so no mode always runs first (caches, allocator state).
-    std::vector<StepResult> now(3);
-    for (int k = 0; k < 3; ++k) {
-      const int m = static_cast<int>((s + k) % 3);
+    std::vector<StepResult> now(n);
+    for (int k = 0; k < n; ++k) {
+      const int m = static_cast<int>((s + k) % n);
       now[m] = trainers[m]->step(s, /*keep_grads=*/true);
     }
     StepResult ref_now;
     if (reference) ref_now = reference->step(s, /*keep_grads=*/true);
-    for (int m = 0; m < 3; ++m) {
+    for (int m = 0; m < n; ++m) {
       CompareRow& row = result.rows[m];
       // Against off (the parallel off run, when parallel): bit for bit expected.
       const double dl = worst(scalarDiff(now[m].loss, now[0].loss));
@@ -301,7 +307,7 @@ absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelR
             << "\n";
       }
     }
-    for (int m = 0; m < 3; ++m) {
+    for (int m = 0; m < n; ++m) {
       now[m].grads.clear();
       result.rows[m].steps.push_back(std::move(now[m]));
     }

@@ -4,7 +4,8 @@
 // seed, prepares it (routing.h), and runs AdamW steps on a deterministic token
 // stream, measuring loss, step time, peak tensor bytes (TrackingAllocator) and
 // hpac's recompute evidence per step. runCompare() trains off, full and
-// selective from the same seed, interleaved step by step in one process, and
+// selective (and budget when the config has a memory_budget, one rank only)
+// from the same seed, interleaved step by step in one process, and
 // compares every step's loss and gradients with off.
 #pragma once
 

@@ -5,8 +5,11 @@
     y = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False,
                                           context_fn=hpac.context_fn("selective"))   # torch >= 2.1
     hpac.checkpoint_wrapper(layer, mode="selective")                # in place; state_dict keys unchanged
+    policy = hpac.budget(0.3)                      # memory budget: 30% of what the region keeps under off
+    y = hpac.checkpoint(block, x, policy=policy)   # (or context_fn(policy), checkpoint_wrapper(layer, mode=policy))
+    policy.status()                                # {'stage': 'planned', 'profiles': 1, 'kept_bytes': ..., ...}
 
-The policy runs in C++ (built-in selective rules, a save list, or recompute everything); Python only marks
+The policy runs in C++ (built-in selective rules, a save list, a memory budget, or recompute everything); Python only marks
 where a region starts and ends. Errors raised by hpac (replay mismatch, extra backward, mutated cache, key
 already owned) arrive as RuntimeError with hpac's message.
 """
@@ -19,7 +22,7 @@ import torch
 
 __all__ = [
     "__version__", "load", "built_for_torch", "version", "dispatch_key", "fallback_status", "global_stats", "reset_global_stats",
-    "Invocation", "context_fn", "checkpoint", "checkpoint_with", "checkpoint_wrapper", "unwrap_checkpoint",
+    "Invocation", "Budget", "budget", "context_fn", "checkpoint", "checkpoint_with", "checkpoint_wrapper", "unwrap_checkpoint",
     "track_memory", "memory_stats", "reset_peak_memory",
 ]
 
@@ -145,9 +148,64 @@ def reset_peak_memory():
     torch.ops.hpac.reset_peak_memory()
 
 
+class Budget:
+    """The memory-budget policy of one region (policy/budget_policy.h): the first `profile_invocations` checkpoint
+    calls run as a profile (everything recomputed, every op's kernel time and output bytes measured), a knapsack
+    picks the outputs to keep within the budget at the least recompute time, and later calls replay that plan by
+    (op, occurrence). A call whose op sequence differs from the plan (dynamic shapes, MoE routing) takes the fixed
+    selective policy from the first differing op and the region profiles again; after `max_replans` such changes it
+    keeps the fixed selective policy for good, with one warning.
+
+    The object holds the region: pass the same Budget to every call of one region (one layer's checkpoint, step
+    after step; or layers of identical structure), a new one per region otherwise.
+    """
+
+    __slots__ = ("_region", "fraction", "bytes")
+
+    def __init__(self, fraction=None, *, bytes=None, profile_invocations=1, max_replans=2):
+        for name, value, kind in (("fraction", fraction, (int, float)), ("bytes", bytes, int),
+                                  ("profile_invocations", profile_invocations, int),
+                                  ("max_replans", max_replans, int)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
+                raise TypeError(f"hpac.budget: {name} {value!r} is a {type(value).__name__}; allowed: "
+                                f"{'a number in [0, 1]' if name == 'fraction' else 'an int'}")
+        self.fraction = None if fraction is None else float(fraction)
+        self.bytes = bytes
+        # Checked in C++ (policy/budget_policy.h makeBudgetSpec): exactly one of fraction / bytes, ranges.
+        self._region = torch.classes.hpac.BudgetRegion(self.fraction, bytes, profile_invocations, max_replans)
+
+    def _invocation(self, allow_cache_mutation):
+        return self._region.invocation(bool(allow_cache_mutation))
+
+    @property
+    def stage(self):
+        """'profiling', 'planned' or 'fallback (fixed selective policy)'."""
+        return self._region.stage()
+
+    def status(self):
+        """{'stage', 'profiles', 'replans', 'profiled_ops', 'budget_bytes', 'kept_bytes', 'total_bytes', 'groups',
+        'kept_groups', 'planned_ops', 'saved_ops', 'saved_micros', 'total_micros'}: the plan's fields are those of
+        the last plan (zero before the first)."""
+        d = dict(self._region.status())
+        d["stage"] = self._region.stage()
+        d["saved_micros"], d["total_micros"] = self._region.micros()
+        return d
+
+    def __repr__(self):
+        what = f"fraction={self.fraction}" if self.fraction is not None else f"bytes={self.bytes}"
+        return f"hpac.Budget({what}, stage={self.stage!r})"
+
+
+def budget(fraction=None, *, bytes=None, profile_invocations=1, max_replans=2):
+    """A memory-budget policy: `fraction` in [0, 1] of what the region keeps with checkpointing off (0 = full,
+    1 = keep everything), or `bytes` per call of the region. Returns a Budget (one per region); use it as
+    `policy=` of hpac.checkpoint / hpac.context_fn / hpac.Invocation, or `mode=` of hpac.checkpoint_wrapper."""
+    return Budget(fraction, bytes=bytes, profile_invocations=profile_invocations, max_replans=max_replans)
+
+
 def _policy_kind(policy):
     """policy: a kind name ("selective", "full", "save_all", ...; parsed and checked in C++, policy/policy_kind.h),
-    None (= "full"), or an iterable of op names (a save list)."""
+    None (= "full"), or an iterable of op names (a save list). A Budget is handled by its callers."""
     if policy is None:
         return "full", []
     if isinstance(policy, str):
@@ -187,8 +245,11 @@ class Invocation:
     """
 
     def __init__(self, policy="selective", allow_cache_mutation=False, record_ops=False):
-        kind, names = _policy_kind(policy)
-        self._handle = torch.classes.hpac.Invocation(kind, names, bool(allow_cache_mutation))
+        if isinstance(policy, Budget):
+            self._handle = policy._invocation(allow_cache_mutation)
+        else:
+            kind, names = _policy_kind(policy)
+            self._handle = torch.classes.hpac.Invocation(kind, names, bool(allow_cache_mutation))
         if record_ops:
             self._handle.record_ops(True)
 
@@ -215,10 +276,11 @@ def context_fn(policy="selective", allow_cache_mutation=False):
     """For torch.utils.checkpoint.checkpoint(..., use_reentrant=False, context_fn=...) on torch >= 2.1.
 
     Returns a callable that, per checkpoint call, creates one Invocation and returns its (forward, recompute)
-    context managers.
+    context managers. With a Budget, every call shares its region (profile once, then replay the plan).
     """
-    kind, names = _policy_kind(policy)
-    torch.classes.hpac.Invocation(kind, names, False)  # validate now (in C++), not inside backward
+    if not isinstance(policy, Budget):
+        kind, names = _policy_kind(policy)
+        torch.classes.hpac.Invocation(kind, names, False)  # validate now (in C++), not inside backward
 
     def make_contexts():
         inv = Invocation(policy, allow_cache_mutation)
@@ -337,23 +399,25 @@ def checkpoint_with(invocation, fn, *args, preserve_rng_state=True, determinism_
         return fn(*args, **kwargs)
 
 
-def _checkpointed_forward(forward, mode, *args, **kwargs):
-    return checkpoint(forward, *args, policy="selective" if mode == "selective" else "full", **kwargs)
+def _checkpointed_forward(forward, policy, *args, **kwargs):
+    return checkpoint(forward, *args, policy=policy, **kwargs)
 
 
 def checkpoint_wrapper(module, mode="full"):
-    """Checkpoints every call of module (mode 'full' or 'selective') by replacing its forward in place.
+    """Checkpoints every call of module (mode 'full', 'selective' or a Budget from hpac.budget(...), which then
+    serves this module's calls) by replacing its forward in place.
 
     The module object, its children and its state_dict keys stay exactly as they were. Returns module.
     Call unwrap_checkpoint(module) to undo.
     """
-    if mode not in ("full", "selective"):
-        raise ValueError(f"hpac: checkpoint_wrapper mode '{mode}' is not allowed; allowed: 'full', 'selective'")
+    if not isinstance(mode, Budget) and mode not in ("full", "selective"):
+        raise ValueError(f"hpac: checkpoint_wrapper mode {mode!r} is not allowed; allowed: 'full', 'selective', "
+                         "hpac.budget(...)")
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"hpac: checkpoint_wrapper expects a torch.nn.Module, got {type(module).__name__}")
     unwrap_checkpoint(module)
     original = module.forward
-    module.forward = functools.partial(_checkpointed_forward, original, mode)
+    module.forward = functools.partial(_checkpointed_forward, original, mode)  # "full" | "selective" | a Budget
     module._hpac_original_forward = original
     return module
 

@@ -13,6 +13,8 @@ libhpac.so, through `context_fn` regions of torch.utils.checkpoint (non-reentran
 Routing, as in the C++ trainer (tools/trainer/routing.cpp):
   off        nothing is touched.
   selective  every discovered layer (both towers) checkpointed whole with hpac's selective policy.
+  budget     as selective, with the memory-budget policy: one hpac.budget(memory_budget) per layer (its region:
+             profiled on the layer's first call, its plan replayed after); PreparedLayer.budget.status() shows it.
   full       one route, decided in this order (Note [Full decision order] in routing.cpp):
                1. not language-tower-only (a vision tower)      -> submodules
                2. KV sharing                                     -> submodules without attention
@@ -22,7 +24,7 @@ Routing, as in the C++ trainer (tools/trainer/routing.cpp):
                   activation_checkpointing_enable (gradient_checkpointing_enable before transformers 5.x)
                5. otherwise                                      -> submodules (attention, MLP, both norms, MTP)
   KV sharing (num_kv_shared_layers > 0 in the config or a sub-config): use_cache kept, attention never
-  checkpointed; selective degrades (warning) to full checkpointing of the MLP, norm and MTP submodules.
+  checkpointed; selective (or budget) degrades (warning) to full checkpointing of the MLP, norm and MTP submodules.
   Without it use_cache is set False on the config and every sub-config.
 Wrapping replaces `forward` on the module object: module tree, parameter names and state_dict keys are unchanged.
 """
@@ -232,7 +234,8 @@ class PreparedLayer:
     def __init__(self, ref, role, mode, record_ops=False):
         self.path, self.index, self.module, self.role, self.mode = ref.path, ref.index, ref.module, role, mode
         self.record_ops = record_ops  # keep each call's op log; take_stats adds it up as "log:<phase> <op> <action>"
-        self.layer = "off"        # whole-layer checkpoint applied: off | full | selective
+        self.layer = "off"        # whole-layer checkpoint applied: off | full | selective | budget
+        self.budget = None        # mode budget: this layer's hpac.Budget (its region's profile and plan)
         self.native = False       # through the model's own activation_checkpointing_enable
         self.submodules = []      # children checkpointed (full), by name
         self._invocations = []    # hpac Invocations of this layer's calls, until take_layer_stats()
@@ -285,10 +288,12 @@ class Preparation:
 
     @property
     def route(self):
-        """'off', 'selective' or the full route ('native', 'compile', 'submodules'): what the demo table shows."""
+        """'off', 'selective', 'budget' or the full route ('native', 'compile', 'submodules'): what the demo table shows."""
         if not self.touched:
             return "off"
-        return self.full_route or "selective"
+        if self.full_route:
+            return self.full_route
+        return "budget" if any(p.layer == "budget" for p in self.layers) else "selective"
 
     def take_layer_stats(self):
         """hpac's counters summed over each prepared layer's calls since the last take (call after backward)."""
@@ -313,6 +318,13 @@ def _mode_of(ac, index):
         if r["first"] <= index <= r["last"]:
             return r["mode"]
     return ac["mode"]
+
+
+def _budget_of(memory_budget):
+    """A new region for activation_checkpoint.memory_budget (validated by the C++ parser: a fraction or bytes)."""
+    if memory_budget["bytes"] is not None:
+        return hpac.budget(bytes=memory_budget["bytes"])
+    return hpac.budget(memory_budget["fraction"])
 
 
 def _all_off(ac):
@@ -442,12 +454,14 @@ def prepare(model, config, registry=None, log=log_to_stderr, record_ops=False):
                 p.module.gradient_checkpointing = False  # the native enable turned every layer on
             continue
         subs = []
-        if p.mode == "selective" and not prep.kv_sharing:
-            p.layer = "selective"
-            _wrap(p.module, p._context_fn("selective"))
-        elif p.mode == "selective":
+        if p.mode in ("selective", "budget") and not prep.kv_sharing:
+            p.layer = p.mode
+            if p.mode == "budget":  # one region per layer, as the C++ trainer
+                p.budget = _budget_of(ac["memory_budget"])
+            _wrap(p.module, p._context_fn(p.budget or "selective"))
+        elif p.mode in ("selective", "budget"):
             if not warned_degrade:
-                prep.warn("selective with KV sharing degrades to submodule checkpointing (full) of the MLP and "
+                prep.warn(f"{p.mode} with KV sharing degrades to submodule checkpointing (full) of the MLP and "
                           "norms; attention is not checkpointed")
                 warned_degrade = True
             subs = _children_named(p.module, [a["mlp"], a["norm1"], a["norm2"], a["mtp"]])

@@ -79,9 +79,22 @@ def _step(run, input_ids, tracked):
     return grads
 
 
+def mode_config(config, mode):
+    """`config` with activation_checkpoint.mode replaced by `mode` (and no per-layer plan). A mode "budget:<f>" is
+    mode budget with memory_budget <f> (a fraction in [0, 1]; hpac.budget checks it)."""
+    cfg = copy.deepcopy(config)
+    ac = cfg["activation_checkpoint"]
+    name, _, fraction = mode.partition(":")
+    ac["mode"], ac["layers"] = name, []
+    if name == "budget" and fraction:
+        ac["memory_budget"] = {"fraction": float(fraction), "bytes": None, "text": fraction, "where": "(mode)"}
+    return cfg
+
+
 def train_compare(build, config, make_batch, steps, modes=MODES, lr=1e-3, track_memory=True, progress=None,
                   registry=None, log=None):
-    """Trains build()'s model under each mode (the config's activation_checkpoint.mode replaced), interleaved step
+    """Trains build()'s model under each mode (the config's activation_checkpoint.mode replaced, see mode_config),
+    interleaved step
     by step with the order rotated each step. Gradients are allocated before the first step so
     every step and mode starts from the same resident set. Returns {mode: ModeRun}."""
     if track_memory:
@@ -91,10 +104,7 @@ def train_compare(build, config, make_batch, steps, modes=MODES, lr=1e-3, track_
     for mode in modes:
         model = build()
         model.train()
-        cfg = copy.deepcopy(config)
-        cfg["activation_checkpoint"]["mode"] = mode
-        cfg["activation_checkpoint"]["layers"] = []
-        prep = hf.prepare(model, cfg, registry, log=log)
+        prep = hf.prepare(model, mode_config(config, mode), registry, log=log)
         for p in model.parameters():
             p.grad = torch.zeros_like(p)
         runs[mode] = ModeRun(mode, model, prep, lr)

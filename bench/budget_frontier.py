@@ -1,0 +1,365 @@
+"""The memory/time frontier of hpac's budget policy, measured side by side in one process.
+
+Two models:
+  qwen3_moe   the main job's model: the transformers Qwen3MoeForCausalLM of examples/training_demo/train.yaml
+              (hpac.hf_demo's; hpac.hf.prepare applies each mode), token batches as hpac-train's
+  moe_block   the block benchmark's Qwen3-MoE-style block (test/python/moe_block.py; bench/step_benchmark.cpp's
+              shape: hidden 128, 4 heads, 4 experts top-2, expert width 192, batch 1), a stack of --block-layers,
+              eager attention, no dropout; each block through hpac.checkpoint_wrapper
+Methods, each on its own copy of the model (same seed):
+  off, full, selective          no checkpoint; hpac full; hpac's fixed selective policy
+  budget:<f>                    hpac.budget(f), one region per layer (profile on the first step, plan after)
+  compile:<f>                   torch.compile of the whole model with
+                                torch._functorch.config.activation_memory_budget = f (torch >= 2.4)
+One step is forward + backward (no optimizer). The eager methods run interleaved, the order rotated every step;
+step 0 is a warm-up (and the budget regions' profile) and is not measured. Each compile method is compiled and
+warmed up on its own (torch._dynamo.reset() between budgets, since the budget is read at compile time), then its
+steps alternate with steps of a fresh `off` model so each compile point has an off reference from the same minutes.
+Peak = tensor bytes above the step's start (hpac's tracking CPU allocator; every method alike); time = median of the
+measured steps. The eager methods' gradients are compared with off's at every step (bit for bit, NaN never equal).
+
+    GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296 \\
+    .venv/bin/python bench/budget_frontier.py [--steps 6] [--compile-steps 3] [--out bench/results/budget_frontier.json]
+    .venv/bin/python bench/budget_frontier.py --plot bench/results/budget_frontier.json docs/results_budget.svg
+"""
+import argparse
+import copy
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+import warnings
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "plugin", "python"))
+sys.path.insert(0, os.path.join(ROOT, "test", "python"))
+import hpac  # noqa: E402
+from moe_block import Block  # noqa: E402
+from parity import compare  # noqa: E402
+
+FRACTIONS = [round(0.1 * i, 1) for i in range(11)]
+DEFAULT_OUT = os.path.join(HERE, "results", "budget_frontier.json")
+TARGET = {"faster_at_selective_memory": 0.15, "less_memory_at_full_time": 0.30}
+
+
+class Model:
+    """A model family: build() gives a fresh copy (same seed), batch(step) the inputs, loss(model, inputs)."""
+
+
+def qwen3_moe(config_path, seq=None, batch=None):
+    import transformers
+    transformers.logging.set_verbosity_error()
+    import hpac.hf as hf
+    import hpac.hf_compare as hc
+    config = hf.load_config(config_path)
+    spec, train = config["model"], config["train"]
+    train["seq_len"] = seq or train["seq_len"]
+    train["micro_batch"] = batch or train["micro_batch"]
+    m = Model()
+    m.name, m.config = "qwen3_moe", config
+    m.shape = (f"transformers Qwen3MoeForCausalLM, {spec['num_layers']} layers, hidden {spec['hidden_size']}, "
+               f"{spec['num_experts']} experts top-{spec['num_experts_per_tok']}, seq {train['seq_len']} x batch "
+               f"{train['micro_batch']}, fp32")
+
+    def build():
+        torch.manual_seed(train["seed"])
+        model = transformers.Qwen3MoeForCausalLM(hc.qwen3_moe_config(spec))
+        model.train()
+        return model
+
+    m.build = build
+    m.batch = lambda step: hc.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"],
+                                          step)
+    m.loss = lambda model, ids: model(input_ids=ids, labels=ids).loss
+    registry = hf.load_registry()
+
+    def prepare(model, mode):
+        prep = hf.prepare(model, hc.mode_config(config, mode), registry, log=None)
+        return [layer.budget for layer in prep.layers if layer.budget is not None]
+
+    m.prepare = prepare
+    return m
+
+
+def moe_block(layers, seq):
+    m = Model()
+    m.name = "moe_block"
+    m.shape = (f"{layers} Qwen3-MoE-style blocks (test/python/moe_block.py), hidden 128, 4 heads, 4 experts top-2, "
+               f"expert width 192, eager attention, seq {seq} x batch 1, fp32")
+
+    def build():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[Block(hidden=128, heads=4, experts=4, inter=192, top_k=2, dropout=0.0)
+                                      for _ in range(layers)])
+        model.train()
+        return model
+
+    torch.manual_seed(1)
+    x0 = torch.randn(1, seq, 128)
+    m.build = build
+    m.batch = lambda step: x0
+    m.loss = lambda model, x: model(x).pow(2).mean()
+
+    def prepare(model, mode):
+        if mode == "off":
+            return []
+        name, _, fraction = mode.partition(":")
+        budgets = []
+        for block in model:
+            policy = name
+            if name == "budget":
+                policy = hpac.budget(float(fraction))
+                budgets.append(policy)
+            hpac.checkpoint_wrapper(block, mode=policy)
+        return budgets
+
+    m.prepare = prepare
+    return m
+
+
+def measure(model, loss_fn, inputs):
+    """(seconds, peak bytes above the start, gradients) of one forward + backward."""
+    model.zero_grad(set_to_none=True)
+    gc.collect()
+    gc.disable()
+    try:
+        base = hpac.memory_stats()["current_bytes"]
+        hpac.reset_peak_memory()
+        t0 = time.perf_counter()
+        loss_fn(model, inputs).backward()
+        seconds = time.perf_counter() - t0
+        peak = hpac.memory_stats()["peak_bytes"] - base
+    finally:
+        gc.enable()
+    return seconds, peak, [p.grad for p in model.parameters()]
+
+
+def eager_rows(m, steps, log):
+    methods = ["off", "full", "selective"] + [f"budget:{f}" for f in FRACTIONS]
+    runs = {}
+    for mode in methods:
+        model = m.build()
+        runs[mode] = {"model": model, "budgets": m.prepare(model, mode), "times": [], "peaks": [], "bitwise": True}
+    for step in range(steps + 1):
+        inputs = m.batch(step)
+        order = methods[step % len(methods):] + methods[:step % len(methods)]
+        grads = {}
+        for mode in order:
+            r = runs[mode]
+            seconds, peak, grads[mode] = measure(r["model"], m.loss, inputs)
+            if step > 0:  # step 0: warm-up and the budget regions' profile
+                r["times"].append(seconds)
+                r["peaks"].append(peak)
+        for mode in methods:
+            runs[mode]["bitwise"] &= compare(grads[mode], grads["off"])[0] == 0
+        log(f"{m.name} eager step {step}/{steps}: " +
+            " ".join(f"{mode} {1e3 * statistics.median(runs[mode]['times']):.0f}ms" for mode in methods[:4]
+                     if runs[mode]["times"]))
+    rows = []
+    for mode in methods:
+        r = runs[mode]
+        family, _, fraction = mode.partition(":")
+        row = {"method": mode, "family": family, "budget": float(fraction) if fraction else None,
+               "ms_median": 1e3 * statistics.median(r["times"]), "ms_all": [1e3 * t for t in r["times"]],
+               "peak_bytes": max(r["peaks"]), "grads_bitwise_equal_off": bool(r["bitwise"])}
+        if r["budgets"]:
+            sts = [b.status() for b in r["budgets"]]
+            row["regions"] = [{k: st[k] for k in ("stage", "profiles", "replans", "budget_bytes", "kept_bytes",
+                                                  "total_bytes", "saved_ops", "planned_ops")} for st in sts]
+        rows.append(row)
+    return rows
+
+
+def compile_rows(m, steps, log, fractions, on_row):
+    import torch._functorch.config as functorch_config
+    rows = []
+    previous = functorch_config.activation_memory_budget
+    try:
+        for f in fractions:
+            torch._dynamo.reset()
+            functorch_config.activation_memory_budget = f
+            model = m.build()
+            compiled = torch.compile(model)
+            off = m.build()
+            t0 = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                measure(compiled, m.loss, m.batch(0))  # compiles forward and backward
+            compile_s = time.perf_counter() - t0
+            measure(off, m.loss, m.batch(0))
+            times, peaks, off_times = [], [], []
+            for step in range(1, steps + 1):
+                pair = [("compile", compiled), ("off", off)]
+                for name, mod in (pair if step % 2 else pair[::-1]):
+                    seconds, peak, _ = measure(mod, m.loss, m.batch(step))
+                    if name == "compile":
+                        times.append(seconds)
+                        peaks.append(peak)
+                    else:
+                        off_times.append(seconds)
+            rows.append({"method": f"compile:{f}", "family": "compile", "budget": f,
+                         "ms_median": 1e3 * statistics.median(times), "ms_all": [1e3 * t for t in times],
+                         "peak_bytes": max(peaks), "off_ms_median_alongside": 1e3 * statistics.median(off_times),
+                         "compile_s": compile_s})
+            log(f"{m.name} compile budget {f}: compiled in {compile_s:.0f}s, {rows[-1]['ms_median']:.0f}ms vs off "
+                f"{rows[-1]['off_ms_median_alongside']:.0f}ms, peak {max(peaks) / 2**20:.1f}MiB")
+            on_row(rows[-1])
+    finally:
+        functorch_config.activation_memory_budget = previous
+        torch._dynamo.reset()
+    return rows
+
+
+def _best_within(budget, ref, bound, optimise):
+    """(the budget point with `bound` <= ref's and the least `optimise`, None), or (None, the least-`bound` point)."""
+    fits = [r for r in budget if r[bound] <= ref[bound]]
+    if fits:
+        return min(fits, key=lambda r: r[optimise]), None
+    return None, min(budget, key=lambda r: r[bound])
+
+
+def against_target(rows):
+    """The budget curve against the fixed policies (the issue's target)."""
+    by = {r["method"]: r for r in rows}
+    sel, full = by["selective"], by["full"]
+    budget = [r for r in rows if r["family"] == "budget"]
+    out = {"target": TARGET}
+    best, closest = _best_within(budget, sel, "peak_bytes", "ms_median")
+    out["at_selective_memory"] = (
+        {"budget": best["budget"], "faster": 1 - best["ms_median"] / sel["ms_median"],
+         "peak_vs_selective": best["peak_bytes"] / sel["peak_bytes"]} if best else
+        {"budget": None, "least_budget_peak_vs_selective": closest["peak_bytes"] / sel["peak_bytes"]})
+    best, closest = _best_within(budget, full, "ms_median", "peak_bytes")
+    out["at_full_time"] = (
+        {"budget": best["budget"], "less_memory": 1 - best["peak_bytes"] / full["peak_bytes"],
+         "time_vs_full": best["ms_median"] / full["ms_median"]} if best else
+        {"budget": None, "fastest_budget_time_vs_full": closest["ms_median"] / full["ms_median"]})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The plot: peak tensor memory against step time, one curve per method family, one panel per model. Plain SVG.
+
+COLORS = {"budget": "#d62728", "compile": "#2ca02c", "off": "#444444", "full": "#1f77b4", "selective": "#9467bd"}
+
+
+def _panel(x0, y0, w, h, rows, title):
+    off = next(r for r in rows if r["method"] == "off")
+    pts = [(r["ms_median"] / off["ms_median"], r["peak_bytes"] / off["peak_bytes"]) for r in rows]
+    xmax = max(p[0] for p in pts) * 1.08
+    xmin = min(p[0] for p in pts) * 0.92
+    ymax = max(p[1] for p in pts) * 1.08
+    sx = lambda v: x0 + (v - xmin) / (xmax - xmin) * w
+    sy = lambda v: y0 + h - v / ymax * h
+    out = [f'<text x="{x0 + w / 2}" y="{y0 - 10}" text-anchor="middle" font-size="13">{title}</text>',
+           f'<line x1="{x0}" y1="{y0 + h}" x2="{x0 + w}" y2="{y0 + h}" stroke="black"/>',
+           f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y0 + h}" stroke="black"/>',
+           f'<text x="{x0 + w / 2}" y="{y0 + h + 34}" text-anchor="middle" font-size="11">step time / off</text>',
+           f'<text x="{x0 - 40}" y="{y0 + h / 2}" text-anchor="middle" font-size="11" '
+           f'transform="rotate(-90 {x0 - 40} {y0 + h / 2})">peak tensor memory / off</text>']
+    for i in range(5):
+        v = ymax * i / 4
+        out.append(f'<text x="{x0 - 6}" y="{sy(v) + 4:.1f}" text-anchor="end" font-size="10">{v:.2f}</text>')
+        out.append(f'<line x1="{x0}" y1="{sy(v):.1f}" x2="{x0 + w}" y2="{sy(v):.1f}" stroke="#ddd"/>')
+        u = xmin + (xmax - xmin) * i / 4
+        out.append(f'<text x="{sx(u):.1f}" y="{y0 + h + 16}" text-anchor="middle" font-size="10">{u:.2f}</text>')
+    for family in ("budget", "compile"):
+        curve = sorted((r for r in rows if r["family"] == family), key=lambda r: r["budget"])
+        if not curve:
+            continue
+        xy = [(sx(r["ms_median"] / off["ms_median"]), sy(r["peak_bytes"] / off["peak_bytes"])) for r in curve]
+        out.append(f'<polyline points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in xy)}" fill="none" '
+                   f'stroke="{COLORS[family]}" stroke-width="1.5"/>')
+        for (x, y), r in zip(xy, curve):
+            out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="{COLORS[family]}"/>')
+            if r["budget"] in (0.0, 0.5, 1.0):
+                out.append(f'<text x="{x + 4:.1f}" y="{y - 4:.1f}" font-size="9" fill="{COLORS[family]}">'
+                           f'{r["budget"]}</text>')
+    for name in ("off", "full", "selective"):
+        r = next(r for r in rows if r["method"] == name)
+        x, y = sx(r["ms_median"] / off["ms_median"]), sy(r["peak_bytes"] / off["peak_bytes"])
+        out.append(f'<rect x="{x - 4:.1f}" y="{y - 4:.1f}" width="8" height="8" fill="{COLORS[name]}"/>')
+        out.append(f'<text x="{x + 6:.1f}" y="{y + 12:.1f}" font-size="10" fill="{COLORS[name]}">{name}</text>')
+    return out
+
+
+def plot(data, path):
+    models = list(data["models"].items())
+    w, h, pad = 360, 260, 80
+    width = len(models) * (w + pad) + pad
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h + 150}" font-family="sans-serif">',
+           f'<rect width="{width}" height="{h + 150}" fill="white"/>']
+    for i, (name, d) in enumerate(models):
+        out += _panel(pad + i * (w + pad), 40, w, h, d["rows"], name)
+    y = h + 110
+    x = pad
+    for family, label in [("budget", "hpac budget 0…1"), ("compile", "torch.compile activation_memory_budget 0…1"),
+                          ("off", "off"), ("full", "full"), ("selective", "selective (fixed)")]:
+        out.append(f'<rect x="{x}" y="{y - 9}" width="10" height="10" fill="{COLORS[family]}"/>')
+        out.append(f'<text x="{x + 14}" y="{y}" font-size="11">{label}</text>')
+        x += 40 + 7 * len(label)
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="qwen3_moe,moe_block", help="comma-separated: qwen3_moe, moe_block")
+    ap.add_argument("--config", default=os.path.join(ROOT, "examples", "training_demo", "train.yaml"))
+    ap.add_argument("--seq", type=int, help="override the config's train.seq_len (qwen3_moe)")
+    ap.add_argument("--batch", type=int, help="override the config's train.micro_batch (qwen3_moe)")
+    ap.add_argument("--block-layers", type=int, default=2)
+    ap.add_argument("--block-seq", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=3, help="measured eager steps per method (after one warm-up)")
+    ap.add_argument("--compile-steps", type=int, default=2, help="measured steps per compile budget")
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--compile-budgets", default=",".join(str(f) for f in FRACTIONS),
+                    help="activation_memory_budget values for torch.compile (default: the same as hpac's)")
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--plot", nargs=2, metavar=("JSON", "SVG"), help="only draw the plot of a results file")
+    a = ap.parse_args()
+    if a.plot:
+        with open(a.plot[0]) as f:
+            plot(json.load(f), a.plot[1])
+        return 0
+    if min(a.steps, a.compile_steps, a.block_layers, a.block_seq) < 1:
+        ap.error("--steps, --compile-steps, --block-layers and --block-seq must be positive integers")
+    names = a.models.split(",")
+    unknown = [n for n in names if n not in ("qwen3_moe", "moe_block")]
+    if unknown:
+        ap.error(f"--models {','.join(unknown)} is not allowed; allowed: qwen3_moe, moe_block")
+    with_compile = not a.no_compile and hpac._major_minor(torch.__version__) >= (2, 4)
+    compile_budgets = [float(f) for f in a.compile_budgets.split(",")]
+    hpac.track_memory()
+    started = time.perf_counter()
+    log = lambda msg: print(f"[budget_frontier {time.perf_counter() - started:.0f}s] {msg}", flush=True)
+    data = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+            "glibc_tunables": os.environ.get("GLIBC_TUNABLES"), "steps": a.steps, "compile_steps": a.compile_steps,
+            "budgets": FRACTIONS, "models": {}}
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+
+    def save():  # after every group of rows: a run stopped early leaves what it measured
+        data["wall_s"] = time.perf_counter() - started
+        with open(a.out, "w") as f:
+            json.dump(data, f, indent=1)
+
+    for name in names:
+        m = qwen3_moe(a.config, a.seq, a.batch) if name == "qwen3_moe" else moe_block(a.block_layers, a.block_seq)
+        rows = eager_rows(m, a.steps, log)
+        entry = data["models"][name] = {"shape": m.shape, "rows": rows, "against_target": against_target(rows)}
+        save()
+        log(f"{name}: {json.dumps(entry['against_target'])}")
+        if with_compile:
+            compile_rows(m, a.compile_steps, log, compile_budgets, lambda row: (rows.append(row), save()))
+    log(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

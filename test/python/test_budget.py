@@ -1,0 +1,170 @@
+"""hpac.budget: the memory-budget policy from Python. Bit-for-bit gradient parity with a real no-checkpoint run under
+every budget in {0, 0.25, 0.5, 0.75, 1} through hpac.checkpoint, checkpoint_wrapper and (torch >= 2.1) context_fn;
+the region's status; a MoE block whose routing changes the op sequence re-profiles, then falls back to the fixed
+selective policy with one warning; bad budgets are clear errors."""
+import warnings
+
+import pytest
+import torch
+
+import hpac
+from moe_block import Block
+from parity import assert_same, compare
+
+BUDGETS = (0.0, 0.25, 0.5, 0.75, 1.0)
+HAS_CONTEXT_FN = hpac._major_minor(torch.__version__) >= (2, 1)
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(Block(), Block())
+
+
+def _step(model, x0, run_block):
+    """One forward + backward of the two blocks, each through run_block(i, block, h); dropout seeded."""
+    model.zero_grad(set_to_none=True)
+    x = x0.clone().requires_grad_(True)
+    torch.manual_seed(3)
+    h = x
+    for i, block in enumerate(model):
+        h = run_block(i, block, h)
+    h.pow(2).mean().backward()
+    return [x.grad] + [p.grad for p in model.parameters()]
+
+
+def _cases():
+    """Every budget through hpac.checkpoint; the other two front-ends at one budget (the policy is the same)."""
+    cases = [(f, "checkpoint") for f in BUDGETS] + [(0.5, "wrapper")]
+    if HAS_CONTEXT_FN:
+        cases.append((0.5, "context_fn"))
+    return cases
+
+
+@pytest.mark.parametrize("fraction, path", _cases())
+def test_every_budget_matches_no_checkpointing_bit_for_bit(fraction, path):
+    model = _model()
+    torch.manual_seed(5)
+    x0 = torch.randn(2, 16, 32)
+    ref = _step(model, x0, lambda i, block, h: block(h))
+    budgets = [hpac.budget(fraction), hpac.budget(fraction)]  # one region per block
+
+    if path == "checkpoint":
+        def run(i, block, h):
+            return hpac.checkpoint(block, h, policy=budgets[i])
+    elif path == "context_fn":
+        from torch.utils.checkpoint import checkpoint as torch_checkpoint
+        fns = [hpac.context_fn(b) for b in budgets]
+
+        def run(i, block, h):
+            return torch_checkpoint(block, h, use_reentrant=False, context_fn=fns[i])
+    else:
+        for block, b in zip(model, budgets):
+            hpac.checkpoint_wrapper(block, mode=b)
+
+        def run(i, block, h):
+            return block(h)
+
+    for step in range(3):  # the profile, then the plan replayed twice
+        hpac.reset_global_stats()
+        got = _step(model, x0, run)
+        assert_same(got, ref, names=["input"] + [n for n, _ in model.named_parameters()])
+        stats = hpac.global_stats()
+        assert stats["recomputes"] == 2
+        if step == 0:
+            assert stats["saved"] == 0  # the profile runs as full
+    for b in budgets:
+        st = b.status()
+        assert st["stage"] == "planned" and st["profiles"] == 1 and st["replans"] == 0
+        assert st["profiled_ops"] == st["planned_ops"] > 0
+        assert st["kept_bytes"] <= st["budget_bytes"] == int(fraction * st["total_bytes"])
+        assert 0 <= st["saved_micros"] <= st["total_micros"]
+    if fraction == 0.0:  # only outputs without bytes (scalars) are kept
+        assert all(b.status()["kept_bytes"] == 0 for b in budgets)
+    if fraction == 1.0:
+        assert stats["served"] > 0
+        assert all(b.status()["kept_bytes"] == b.status()["total_bytes"] > 0 for b in budgets)
+    assert stats["saved"] == sum(b.status()["saved_ops"] for b in budgets)
+
+
+def test_status_before_the_first_call_and_a_budget_in_bytes():
+    b = hpac.budget(bytes=0)
+    assert b.stage == "profiling"
+    assert b.status()["profiles"] == 0 and b.status()["kept_bytes"] == 0
+    model = _model()
+    torch.manual_seed(5)
+    x0 = torch.randn(1, 8, 32)
+    ref = _step(model, x0, lambda i, block, h: block(h))
+    big = hpac.budget(bytes=1 << 40)
+    for _ in range(2):
+        got = _step(model, x0, lambda i, block, h: hpac.checkpoint(block, h, policy=big if i else b))
+        assert_same(got, ref)
+    assert b.status()["kept_bytes"] == 0 and b.status()["budget_bytes"] == 0
+    assert big.status()["kept_bytes"] == big.status()["total_bytes"] > 0  # more than everything: keep all
+    assert "stage='planned'" in repr(big)
+
+
+def _experts_hit(block, x):
+    with torch.no_grad():
+        h = x + block.self_attn(block.input_layernorm(x))
+        flat = block.post_attention_layernorm(h).reshape(-1, x.shape[-1])
+        chosen = torch.topk(torch.softmax(block.mlp.gate(flat), -1), block.mlp.top_k, dim=-1).indices
+    return len(set(chosen.reshape(-1).tolist()))
+
+
+def test_moe_routing_that_changes_the_ops_reprofiles_then_falls_back_with_one_warning():
+    # The block loops over the experts hit only, so the op sequence follows the routing.
+    torch.manual_seed(1)
+    block = torch.nn.Sequential(Block(experts=8, top_k=1, dropout=0.0))
+    torch.manual_seed(2)
+    varied = torch.randn(1, 12, 32)
+    same = varied[:, :1].expand(1, 12, 32).contiguous()  # one token repeated: one expert hit
+    two = torch.cat([varied[:, :1].expand(1, 6, 32), varied[:, 1:2].expand(1, 6, 32)], 1).contiguous()
+    counts = [_experts_hit(block[0], x) for x in (varied, same, two)]
+    assert len(set(counts)) == 3, f"the inputs must hit different numbers of experts, got {counts}"
+
+    budget = hpac.budget(0.5, max_replans=1)
+
+    def step(x):
+        ref = _step(block, x, lambda i, blk, h: blk(h))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = _step(block, x, lambda i, blk, h: hpac.checkpoint(blk, h, policy=budget))
+        # Experts not hit have no gradient on either side; every other tensor bit for bit, NaN never equal.
+        assert compare(got, ref, allow_missing=True) == (0.0, "")
+        return [str(w.message) for w in caught if "hpac budget" in str(w.message)]
+
+    assert step(varied) == [] and budget.stage == "planned"
+    assert step(varied) == [] and budget.stage == "planned"  # same routing: the plan replays
+    assert step(same) == []  # other ops: fixed policy for this call, and the region profiles again
+    assert budget.stage == "profiling" and budget.status()["replans"] == 1
+    assert step(same) == [] and budget.stage == "planned"  # the new profile
+    fell_back = step(two)  # differs again, no replans left
+    assert budget.stage == "fallback (fixed selective policy)"
+    assert len(fell_back) == 1 and "keeps the fixed selective policy" in fell_back[0]
+    hpac.reset_global_stats()
+    assert step(varied) == [] and step(same) == []  # stays on the fixed policy, silently
+    assert hpac.global_stats()["served"] > 0  # the selective rules keep the matmuls
+    assert budget.status()["replans"] == 1
+
+
+@pytest.mark.parametrize("args, kwargs, error, message", [
+    ((1.5,), {}, RuntimeError, "hpac budget: fraction 1.5 is outside [0, 1]"),
+    ((-0.25,), {}, RuntimeError, "hpac budget: fraction -0.25 is outside [0, 1]"),
+    ((), {"bytes": -5}, RuntimeError, "hpac budget: bytes -5 is negative; allowed: >= 0"),
+    ((), {"bytes": -1}, RuntimeError, "hpac budget: bytes -1 is negative; allowed: >= 0"),
+    ((), {}, RuntimeError, "give exactly one of a fraction in [0, 1] or a number of bytes (got neither)"),
+    ((0.5,), {"bytes": 10}, RuntimeError, "(got both)"),
+    ((0.5,), {"max_replans": -1}, RuntimeError, "max_replans -1 is negative"),
+    (("0.5",), {}, TypeError, "hpac.budget: fraction '0.5' is a str; allowed: a number in [0, 1]"),
+    ((), {"bytes": 1.5}, TypeError, "hpac.budget: bytes 1.5 is a float; allowed: an int"),
+])
+def test_bad_budgets_name_the_value_and_what_is_allowed(args, kwargs, error, message):
+    with pytest.raises(error) as e:
+        hpac.budget(*args, **kwargs)
+    assert message in str(e.value)
+
+
+def test_checkpoint_wrapper_names_what_it_takes():
+    with pytest.raises(ValueError, match=r"mode 'budget' is not allowed; allowed: 'full', 'selective', "
+                                         r"hpac.budget\(...\)"):
+        hpac.checkpoint_wrapper(torch.nn.Linear(2, 2), mode="budget")

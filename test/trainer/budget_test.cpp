@@ -1,0 +1,170 @@
+// Budget mode in the trainer: activation_checkpoint.memory_budget parsing and
+// every rejection (file:line:col, the value, what is allowed), routing (one
+// BudgetRegion per layer), and bit-for-bit parity with the no-checkpoint run
+// under every budget in {0, 0.25, 0.5, 0.75, 1} on the tiny Qwen3-MoE.
+#include "test/support/parity.h"
+#include "tools/trainer/config.h"
+#include "tools/trainer/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+namespace hpac::trainer {
+namespace {
+
+TrainConfig parseOk(const std::string& text) {
+  auto c = parseConfig(text, "b.yaml");
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return c.ok() ? *c : TrainConfig{};
+}
+
+std::string parseError(const std::string& text) {
+  auto c = parseConfig(text, "b.yaml");
+  EXPECT_FALSE(c.ok()) << "accepted:\n" << text;
+  return c.ok() ? "" : std::string(c.status().message());
+}
+
+std::string budgetYaml(const std::string& value) {
+  return "activation_checkpoint:\n  mode: budget\n  memory_budget: " + value + "\n";
+}
+
+TEST(TrainerBudgetConfig, AFractionOrBytesWithAUnit) {
+  const TrainConfig f = parseOk(budgetYaml("0.3"));
+  EXPECT_EQ(f.activation_checkpoint.mode, CheckpointMode::kBudget);
+  ASSERT_TRUE(f.activation_checkpoint.memory_budget.has_value());
+  EXPECT_EQ(f.activation_checkpoint.memory_budget->fraction, 0.3);
+  EXPECT_EQ(f.activation_checkpoint.memory_budget->bytes, -1);
+  EXPECT_EQ(f.activation_checkpoint.memory_budget->where, "b.yaml:3:18");
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"64MiB", int64_t{64} << 20}, {"512KiB", 512 * 1024}, {"2GiB", int64_t{2} << 30}, {"4096B", 4096},
+      {"0B", 0}, {"1.5KiB", 1536}};
+  for (const auto& [text, bytes] : sizes) {
+    const TrainConfig c = parseOk(budgetYaml(text));
+    ASSERT_TRUE(c.activation_checkpoint.memory_budget.has_value()) << text;
+    EXPECT_EQ(c.activation_checkpoint.memory_budget->bytes, bytes) << text;
+    EXPECT_EQ(c.activation_checkpoint.memory_budget->fraction, -1) << text;
+  }
+  for (const char* edge : {"0", "1", "0.0", "1.0"}) {
+    EXPECT_TRUE(parseOk(budgetYaml(edge)).activation_checkpoint.memory_budget.has_value()) << edge;
+  }
+  // Per-layer budget entries take the section's memory_budget.
+  const TrainConfig layers = parseOk(
+      "activation_checkpoint:\n  mode: selective\n  memory_budget: 0.5\n  layers: {1: budget}\n");
+  EXPECT_TRUE(layers.activation_checkpoint.usesBudget());
+  EXPECT_EQ(layers.activation_checkpoint.modeOf(1), CheckpointMode::kBudget);
+  EXPECT_NE(effectiveSummary(layers).find("activation_checkpoint.memory_budget=0.5"), std::string::npos);
+}
+
+TEST(TrainerBudgetConfig, BadBudgetsNamePositionValueAndWhatIsAllowed) {
+  const std::string allowed = "allowed: a fraction in [0, 1] of what the region keeps with checkpointing off (0.3), "
+                              "or bytes per region with a unit: B, KiB, MiB or GiB (64MiB)";
+  const std::pair<const char*, const char*> bad[] = {
+      {"1.5", "'1.5' is outside [0, 1] (a plain number is a fraction; give bytes with a unit)"},
+      {"-0.25", "'-0.25' is outside [0, 1]"},
+      {"1000", "'1000' is outside [0, 1]"},
+      {"-5MiB", "'-5MiB' is negative"},
+      {"64MB", "'64MB' has unit 'MB'"},
+      {"lots", "'lots' is not a fraction or a size"},
+      {"nan", "'nan' is not a fraction or a size"},
+      {".inf", "'.inf' is not a fraction or a size"}};
+  for (const auto& [value, what] : bad) {
+    const std::string e = parseError(budgetYaml(value));
+    EXPECT_NE(e.find("b.yaml:3:18: activation_checkpoint.memory_budget: "), std::string::npos) << value << ": " << e;
+    EXPECT_NE(e.find(what), std::string::npos) << value << ": " << e;
+    EXPECT_NE(e.find(allowed), std::string::npos) << value << ": " << e;
+  }
+  EXPECT_NE(parseError(budgetYaml("[0.5]")).find("memory_budget: expected a"), std::string::npos);
+}
+
+TEST(TrainerBudgetConfig, BudgetAndMemoryBudgetComeTogether) {
+  std::string e = parseError("activation_checkpoint:\n  mode: selective\n  memory_budget: 0.3\n");
+  EXPECT_NE(e.find("b.yaml:3:18: activation_checkpoint.memory_budget: '0.3' is set but no layer uses mode budget "
+                   "(mode is 'selective'); allowed only with activation_checkpoint.mode: budget"),
+            std::string::npos)
+      << e;
+  e = parseError("activation_checkpoint:\n  mode: budget\n");
+  EXPECT_NE(e.find("b.yaml:2:9: activation_checkpoint.mode: 'budget' needs activation_checkpoint.memory_budget: "
+                   "allowed: a fraction in [0, 1]"),
+            std::string::npos)
+      << e;
+  e = parseError("activation_checkpoint:\n  mode: full\n  layers: {0: budget}\n");
+  EXPECT_NE(e.find("activation_checkpoint.layers: 'budget' needs activation_checkpoint.memory_budget"),
+            std::string::npos)
+      << e;
+  e = parseError("activation_checkpoint:\n  memory_budget: 0.3\n");
+  EXPECT_NE(e.find("is set but no layer uses mode budget (mode is 'off')"), std::string::npos) << e;
+}
+
+constexpr int kSteps = 3;
+
+TrainConfig tinyConfig(const std::string& mode, const std::string& budget = "") {
+  return parseOk(
+      "model: {preset: qwen3_moe_tiny, num_layers: 2, hidden_size: 32, head_dim: 8, moe_intermediate_size: 32,\n"
+      "        num_experts: 4, num_experts_per_tok: 2, vocab_size: 64}\n"
+      "train: {seq_len: 48, micro_batch: 2, steps: 3, lr: 0.01}\n"
+      "activation_checkpoint: {mode: " + mode + (budget.empty() ? "" : ", memory_budget: " + budget) + "}\n");
+}
+
+TEST(TrainerBudget, EachLayerHasItsOwnRegion) {
+  auto t = Trainer::create(tinyConfig("budget", "0.5"), *builtinRegistry(), nullptr);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  const Preparation& prep = (*t)->preparation();
+  ASSERT_EQ(prep.layers.size(), 2u);
+  std::set<const BudgetRegion*> regions;
+  for (const PreparedLayer& l : prep.layers) {
+    EXPECT_EQ(l.setting.layer, CheckpointMode::kBudget);
+    ASSERT_NE(l.setting.budget, nullptr);
+    regions.insert(l.setting.budget.get());
+  }
+  EXPECT_EQ(regions.size(), 2u);
+  EXPECT_EQ(prep.layers_wrapped, 2);
+}
+
+struct TrainRun {
+  std::vector<StepResult> steps;
+  std::vector<BudgetRegion::Status> regions;  // after the last step
+};
+
+TrainRun train(const TrainConfig& config) {
+  auto t = Trainer::create(config, *builtinRegistry(), nullptr);
+  EXPECT_TRUE(t.ok()) << t.status().message();
+  TrainRun run;
+  for (int s = 0; s < kSteps; ++s) run.steps.push_back((*t)->step(s, /*keep_grads=*/true));
+  for (const PreparedLayer& l : (*t)->preparation().layers) {
+    if (l.setting.budget) run.regions.push_back(l.setting.budget->status());
+  }
+  return run;
+}
+
+// Every step (the profile step and the replayed plans) matches off bit for bit:
+// loss, input gradient and every parameter gradient.
+TEST(TrainerBudget, EveryBudgetMatchesOffBitForBit) {
+  const TrainRun off = train(tinyConfig("off"));
+  for (const char* budget : {"0", "0.25", "0.5", "0.75", "1"}) {
+    const TrainRun b = train(tinyConfig("budget", budget));
+    for (int s = 0; s < kSteps; ++s) {
+      EXPECT_TRUE(ScalarMatches(b.steps[s].loss, off.steps[s].loss)) << budget << " step " << s;
+      ASSERT_TRUE(off.steps[s].grads[0].defined());
+      EXPECT_TRUE(Matches(b.steps[s].grads, off.steps[s].grads)) << budget << " step " << s;
+      EXPECT_EQ(b.steps[s].stats.invocations, 2) << budget << " step " << s;
+    }
+    ASSERT_EQ(b.regions.size(), 2u);
+    for (const BudgetRegion::Status& st : b.regions) {
+      EXPECT_EQ(st.stage, BudgetRegion::Stage::kPlanned) << budget;
+      EXPECT_LE(st.plan.kept_bytes, st.plan.budget_bytes) << budget;
+    }
+    // The replayed steps serve what the plans keep: no bytes at 0 (outputs without bytes only), everything at 1.
+    if (std::string(budget) == "0") {
+      for (const BudgetRegion::Status& st : b.regions) EXPECT_EQ(st.plan.kept_bytes, 0);
+    }
+    if (std::string(budget) == "1") {
+      for (const BudgetRegion::Status& st : b.regions) EXPECT_EQ(st.plan.kept_bytes, st.plan.total_bytes);
+      EXPECT_GT(b.steps.back().stats.totals.served, 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hpac::trainer
