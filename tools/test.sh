@@ -64,12 +64,27 @@ if [ "${HPAC_SKIP_SANITIZER:-0}" != 1 ]; then
   CCACHE_NOHASHDIR=1 HPAC_BUILD_DIR=$asan HPAC_BUILD_TARGETS="hpac_tests hpac_trainer_tests hpac_fuzz_tests" \
     "$root/tools/build.sh" --torch pip -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
     -DHPAC_SANITIZE=ON -DHPAC_WITH_BENCH=OFF
-  # halt_on_error keeps CI honest; LeakSanitizer on. See docs/reliability.md for what they report.
+  # halt_on_error keeps CI honest; LeakSanitizer on. See docs/reliability.md for what they report. The suites run at
+  # the same time (the core's is the longest, the trainer's and the fuzz suite's together about as long), each into
+  # its log; a failing suite's log is printed whole.
+  echo "[hpac test] sanitizer stage: running ${suites[*]} ($(elapsed) so far)"
+  pids=()
   for suite in "${suites[@]}"; do
-    echo "[hpac test] sanitizer stage: $suite ($(elapsed) so far)"
     ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-      "$asan/$suite" --gtest_brief=1
+      "$asan/$suite" --gtest_brief=1 >"$asan/$suite.log" 2>&1 &
+    pids+=($!)
   done
+  failed=0
+  for i in "${!suites[@]}"; do
+    if wait "${pids[$i]}"; then
+      echo "[hpac test] sanitizer stage: ${suites[$i]}: $(grep -h 'PASSED' "$asan/${suites[$i]}.log")"
+    else
+      cat "$asan/${suites[$i]}.log" >&2
+      echo "[hpac test] sanitizer stage: ${suites[$i]} FAILED (log above, $asan/${suites[$i]}.log)" >&2
+      failed=1
+    fi
+  done
+  [ "$failed" = 0 ] || exit 1
   echo "[hpac test] sanitizer stage passed ($(elapsed) so far)"
 fi
 echo "[hpac test] all passed in $(elapsed): $total CTest entries over both torch legs + fuzz and sanitizer stages"
