@@ -2,6 +2,7 @@
 // mutated document must be accepted or rejected with a message that names the
 // file, line and column — never a crash, an escaped exception, or a hang.
 // Deterministic (fixed seeds), bounded (kCases per corpus), runs in CI.
+#include "test/support/source_dir.h"
 #include "tools/trainer/config.h"
 #include "tools/trainer/registry.h"
 
@@ -88,7 +89,7 @@ void fuzz(const std::string& seed_doc, const std::string& file, uint64_t seed, P
 }
 
 TEST(Fuzz, TrainConfigParser) {
-  const std::string doc = readFile(HPAC_SOURCE_DIR "/examples/training_demo/train.yaml");
+  const std::string doc = readFile(sourcePath("examples/training_demo/train.yaml"));
   ASSERT_TRUE(trainer::parseConfig(doc, "train.yaml").ok());
   fuzz(doc, "fuzz_train.yaml", 20261202, [](const std::string& text, const std::string& file) {
     return trainer::parseConfig(text, file).status();
@@ -96,7 +97,7 @@ TEST(Fuzz, TrainConfigParser) {
 }
 
 TEST(Fuzz, ModelRegistryParser) {
-  const std::string doc = readFile(HPAC_SOURCE_DIR "/tools/trainer/model_registry.yaml");
+  const std::string doc = readFile(sourcePath("tools/trainer/model_registry.yaml"));
   ASSERT_TRUE(trainer::parseRegistry(doc, "model_registry.yaml").ok());
   fuzz(doc, "fuzz_registry.yaml", 7, [](const std::string& text, const std::string& file) {
     return trainer::parseRegistry(text, file).status();

@@ -41,6 +41,10 @@ esac
 if command -v ccache >/dev/null 2>&1; then
   torch_args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros}
+  # Paths under the checkout are hashed relative to it, and the working directory not at all, so that a clean clone
+  # elsewhere (CI) hits what an earlier checkout cached (debug info then names the checkout that filled the cache).
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
+  export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 fi
 echo "[hpac build] configuring $build ($("$python" -c 'import torch; print("torch", torch.__version__)'))"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release "${torch_args[@]}" "$@" >"$build.configure.log" 2>&1 || {

@@ -1,5 +1,6 @@
 // Config parsing: defaults, the example file, and every rejection (file, line,
 // column, bad value, allowed values).
+#include "test/support/source_dir.h"
 #include "tools/trainer/config.h"
 
 #include <gtest/gtest.h>
@@ -41,7 +42,7 @@ TEST(TrainerConfig, BareOffIsTheStringOff) {
 }
 
 TEST(TrainerConfig, ExampleFileParses) {
-  auto c = loadConfig(HPAC_SOURCE_DIR "/examples/training_demo/train.yaml");
+  auto c = loadConfig(sourcePath("examples/training_demo/train.yaml"));
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->model.preset, "qwen3_moe_tiny");
   EXPECT_EQ(c->activation_checkpoint.mode, CheckpointMode::kSelective);
@@ -197,7 +198,7 @@ TEST(TrainerConfig, ParallelDefaultsToOneRank) {
 
 TEST(TrainerConfig, ParallelExamplesParse) {
   for (const char* name : {"tp2", "ep2_dp2", "dp2_fsdp", "tp2_ep2_dp2_fsdp"}) {
-    auto c = loadConfig(std::string(HPAC_SOURCE_DIR "/examples/distributed/") + name + ".yaml");
+    auto c = loadConfig(sourcePath("examples/distributed/" + std::string(name) + ".yaml"));
     ASSERT_TRUE(c.ok()) << name << ": " << c.status().message();
     EXPECT_TRUE(c->parallel.distributed()) << name;
   }
