@@ -276,10 +276,30 @@ def hf_scale(r):
     return out
 
 
+def explain(r):
+    """hpac-explain's report (docs/explain.md): an excerpt of the per-op table, one JSON row, the peak per mode."""
+    d = load(r, "explain.json")
+    out = [f"From `bench/results/explain.json` ({d['source']}; region {d['region']}, mode {d['mode']}):", "",
+           "| phase | op | occ | decision | out bytes | kept bytes | µs | rule |", "|---|---|---:|---|---:|---:|---:|---|"]
+    for phase in ("forward", "recompute"):
+        for row in [o for o in d["ops"] if o["phase"] == phase and o["decision"] != "ignore"][:6]:
+            out.append(f"| {phase} | `{row['op']}` | {row['occurrence']} | {row['decision']} | {row['output_bytes']} | "
+                       f"{row['kept_bytes']} | {row['micros']:.1f} | {row['rule']} |")
+    s = d["stats"]
+    out += ["", f"Rows: {len(d['ops'])} (forward and recompute, ignored ops included); the invocation saved "
+                f"{s['saved']}, served {s['served']}, recomputed {s['recomputed']}.", "",
+            "One row of the JSON, as written:", "", "```json", json.dumps(d["ops"][0]), "```", "",
+            "| mode | peak tensor bytes above the step's start | allocator events |", "|---|---:|---:|"]
+    for t in d["timeline"]:
+        out.append(f"| {t['mode']} | {t['peak_bytes'] / 2**20:.3f} MiB | {len(t['bytes'])} |")
+    return out
+
+
 SECTIONS = {
     "overhead": overhead, "step": step, "train_step": train_step, "peer": peer, "sac_peer": sac_peer,
     "sac_peer_reading": sac_peer_reading, "key_ratios": key_ratios, "scale": scale, "distributed": distributed,
     "hf_scale": hf_scale,
+    "explain": explain,
 }
 
 REGION = re.compile(r"<!-- BEGIN generated (\S+) -->\n(.*?)<!-- END generated \1 -->\n", re.S)

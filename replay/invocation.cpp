@@ -2,6 +2,7 @@
 
 #include "replay/collective_work.h"
 #include "replay/dispatch_key.h"
+#include "replay/explain.h"
 
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/macros/Macros.h>
@@ -143,7 +144,8 @@ Invocation::Invocation(const PolicyFactory& policy, InvocationOptions options)
     : id_(next_invocation_id.fetch_add(1)),
       options_(options),
       tables_(ResolvedOpTables::global()),
-      policy_(policy ? policy() : recomputeAllPolicy()()) {
+      policy_(policy ? policy() : recomputeAllPolicy()()),
+      recorder_(options_.recorder) {
   TORCH_CHECK(policy_ != nullptr, "hpac: the policy factory of invocation ", id_, " returned a null policy");
 }
 
@@ -202,7 +204,8 @@ Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& 
   const size_t num_args = op.schema().arguments().size();
   const OpContext ctx{recompute, id_, op, occurrence,
                       c10::ArrayRef<c10::IValue>(stack.data() + stack.size() - num_args, num_args)};
-  const bool save_op = isSave(policy_->decide(ctx));
+  last_answer_ = policy_->decide(ctx);
+  const bool save_op = isSave(last_answer_);
   if (C10_UNLIKELY(record_ops_)) logOp(phase, op, save_op ? "saved" : "run");
   ++stats_.ops_forward;
   return Admission{save_op ? Action::kSave : Action::kRun, occurrence};
@@ -257,12 +260,17 @@ void Invocation::releaseUnserved(bool completed) {
 // allocation. While the profile runs, each named StorageImpl is held by a weak
 // reference, which keeps the object (not its data) allocated, so no later
 // storage can take the address; an expired one still gets a new id.
-//
+void Invocation::observe(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
+                         int64_t nanos) {
+  if (profiling_ && admission.action == Action::kRun) profileOp(admission, op, stack, nanos);
+  if (recorder_ != nullptr) recordOp(admission, op, stack, nanos);
+}
+
 // What keeping this op's outputs would hold, as keep() would hold it: fresh
 // storages for the snapshots of written arguments (returned aliased), the
 // storages of the other tensor returns (Note [Profile storage ids]).
-void Invocation::observe(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
-                         int64_t nanos) {
+void Invocation::profileOp(const Admission& admission, const c10::OperatorHandle& op,
+                           const torch::jit::Stack& stack, int64_t nanos) {
   const auto& schema = op.schema();
   const size_t num_returns = schema.returns().size();
   ProfiledOp profile;
@@ -277,20 +285,80 @@ void Invocation::observe(const Admission& admission, const c10::OperatorHandle& 
     forEachTensor(ret, [&](const at::Tensor& t) {
       if (!t.defined()) return;
       if (snapshot || !t.has_storage()) {
-        profile.storages.emplace_back(next_profile_id_++, tensorBytes(t));
+        profile.storages.emplace_back(profile_ids_.fresh(), tensorBytes(t));
         return;
       }
-      const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
-      auto it = profile_ids_.find(impl);
-      if (it == profile_ids_.end() || it->second.first.expired()) {
-        c10::weak_intrusive_ptr<c10::StorageImpl> weak(t.storage().getWeakStorageImpl());
-        it = profile_ids_.insert_or_assign(impl, std::make_pair(std::move(weak), next_profile_id_++)).first;
-      }
-      profile.storages.emplace_back(it->second.second, static_cast<int64_t>(t.storage().nbytes()));
+      profile.storages.emplace_back(profile_ids_.of(t), static_cast<int64_t>(t.storage().nbytes()));
     });
   }
   const OpContext ctx{false, id_, op, admission.occurrence, {}};
   policy_->observe(ctx, profile);
+}
+
+// Note [Explain's byte accounting]
+// In the forward, every storage an op reads or writes is named (StorageIds).
+// An op's output_bytes are the bytes of the storages its outputs hold that no
+// earlier op of the region touched: a view or an in-place result of an input,
+// of a parameter or of an earlier output costs nothing. A save's kept_bytes
+// are what keep() makes live until the recompute beyond what earlier saves
+// already keep: the storages of its returns not kept yet, and the snapshot of
+// each tensor it wrote (an in-place or out= result, copied by keep()).
+void Invocation::observeArguments(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  if (recorder_ == nullptr || phase_ != Phase::kForward) return;
+  const size_t num_args = op.schema().arguments().size();
+  for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
+    forEachTensor(stack[i], [&](const at::Tensor& t) {
+      if (t.defined() && t.has_storage()) recorder_->seen_.of(t);
+    });
+  }
+}
+
+void Invocation::recordOp(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
+                          int64_t nanos) {
+  DecisionRecorder& r = *recorder_;
+  ExplainedOp row;
+  row.phase = phase_;
+  const auto& name = op.operator_name();
+  row.op = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+  row.occurrence = admission.occurrence;
+  row.micros = static_cast<double>(nanos) / 1e3;
+  switch (admission.action) {
+    case Action::kIgnore: row.decision = "ignore", row.rule = "ignored-op table (not counted)"; break;
+    case Action::kRun: row.decision = "recompute"; break;
+    case Action::kSave: row.decision = "save"; break;
+    case Action::kServe: row.decision = "serve"; break;
+    case Action::kRecompute: row.decision = "recompute"; break;
+  }
+  if (phase_ == Phase::kForward && admission.action != Action::kIgnore) {
+    row.answer = toString(last_answer_);
+    row.rule = policy_->reason();
+    if (row.rule.empty()) row.rule = std::string("policy answered ") + row.answer;
+    const auto& schema = op.schema();
+    const size_t num_returns = schema.returns().size();
+    for (size_t j = 0; j < num_returns; ++j) {
+      const bool written = aliasedArgument(schema, j) >= 0;
+      forEachTensor(stack[stack.size() - num_returns + j], [&](const at::Tensor& t) {
+        if (!t.defined()) return;
+        if (admission.action == Action::kSave && (written || !t.has_storage())) row.kept_bytes += tensorBytes(t);
+        if (!t.has_storage()) {
+          row.output_bytes += tensorBytes(t);
+          return;
+        }
+        bool first = false;
+        const int64_t sid = r.seen_.of(t, &first);
+        const auto bytes = static_cast<int64_t>(t.storage().nbytes());
+        if (first) row.output_bytes += bytes;
+        if (admission.action == Action::kSave && !written && r.kept_.insert(sid).second) row.kept_bytes += bytes;
+      });
+    }
+    r.forward_rows_[{row.op, row.occurrence}] = r.ops_.size();
+  } else if (phase_ == Phase::kRecompute && admission.action != Action::kIgnore) {
+    const auto fwd = r.forward_rows_.find({row.op, row.occurrence});
+    row.rule = fwd == r.forward_rows_.end()
+                   ? std::string("not run by the forward (nothing saved to misalign)")
+                   : "replays the forward's " + r.ops_[fwd->second].decision + " (" + r.ops_[fwd->second].rule + ")";
+  }
+  r.ops_.push_back(std::move(row));
 }
 
 void Invocation::afterRun(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {

@@ -351,7 +351,7 @@ TEST_F(ReplayTest, MutatedCacheIsAnErrorUnlessAllowed) {
     EXPECT_NE(msg.find("hpac_test::counted_mm"), std::string::npos) << msg;
   }
   {  // allowed: outputs are cloned at save
-    Invocation inv(saveListPolicy({"hpac_test::counted_mm"}), InvocationOptions{/*allow_cache_mutation=*/true});
+    Invocation inv(saveListPolicy({"hpac_test::counted_mm"}), InvocationOptions{/*allow_cache_mutation=*/true, nullptr});
     at::Tensor out, original;
     {
       RegionGuard region(inv, Phase::kForward);
