@@ -69,14 +69,16 @@ std::vector<bool> writtenArguments(const c10::FunctionSchema& schema) {
 }
 
 // Index of the argument a mutable return aliases (`Tensor(a!) self` ->
-// `Tensor(a!)`), or -1 for a fresh return.
+// `Tensor(a!)`), or -1 for a fresh return. A view's return (`Tensor(a)`, no
+// write) is not one: it is kept and served as an alias of its own storage —
+// serving a view its input would hand autograd the input itself as the view.
 int64_t aliasedArgument(const c10::FunctionSchema& schema, size_t return_index) {
   if (isInPlaceCollective(schema)) {
     const auto& ret = schema.returns()[return_index];
     return return_index == 0 && !schema.arguments().empty() && *ret.type() == *schema.arguments()[0].type() ? 0 : -1;
   }
   const auto* ret_alias = schema.returns()[return_index].alias_info();
-  if (ret_alias == nullptr) return -1;
+  if (ret_alias == nullptr || !ret_alias->isWrite()) return -1;
   const auto& args = schema.arguments();
   for (size_t i = 0; i < args.size(); ++i) {
     const auto* a = args[i].alias_info();

@@ -66,10 +66,10 @@ TEST(Explain, RecordsWhatTheFallbackDidOnTheMoeBlockUnderSelective) {
   }
 }
 
-// x [4, 8] and w [8, 16], w2 [4, 8] float32; save list {mm, transpose, relu}:
+// x [4, 8] and w [8, 16], w2 [4, 8] float32; save list {mm, transpose, neg}:
 //   a = mm(x, w)        4x16x4 = 256 B new, saved: keeps 256
 //   t = a.transpose()   a view of a: 0 B new, saved: keeps nothing more (a's storage is kept)
-//   r = relu(t)         16x4x4 = 256 B new, saved: keeps 256
+//   r = neg(t)          16x4x4 = 256 B new, saved: keeps 256
 //   r.mul_(2)           in place: 0 B new, not saved
 //   y = mm(r, w2)       16x8x4 = 512 B new, saved: keeps 512
 TEST(Explain, OutputAndKeptBytesOfAHandComputedRegion) {
@@ -80,12 +80,12 @@ TEST(Explain, OutputAndKeptBytesOfAHandComputedRegion) {
   auto recorder = std::make_shared<DecisionRecorder>();
   auto stats = std::make_shared<InvocationStats>();
   CheckpointOptions o;
-  o.policy = saveListPolicy({"aten::mm", "aten::transpose.int", "aten::relu"});
+  o.policy = saveListPolicy({"aten::mm", "aten::transpose.int", "aten::neg"});
   o.explain = recorder;
   o.stats_out = stats;
   at::Tensor y = checkpoint(
       [&](const at::Tensor& in) {
-        at::Tensor r = at::relu(at::mm(in, w).transpose(0, 1));
+        at::Tensor r = at::neg(at::mm(in, w).transpose(0, 1));
         r.mul_(2);
         return at::mm(r, w2);
       },
@@ -100,7 +100,7 @@ TEST(Explain, OutputAndKeptBytesOfAHandComputedRegion) {
   };
   const std::vector<Want> want = {{"aten::mm", 0, "save", 256, 256},
                                   {"aten::transpose.int", 0, "save", 0, 0},
-                                  {"aten::relu", 0, "save", 256, 256},
+                                  {"aten::neg", 0, "save", 256, 256},
                                   {"aten::mul_.Scalar", 0, "recompute", 0, 0},
                                   {"aten::mm", 1, "save", 512, 512}};
   std::vector<Want> got;

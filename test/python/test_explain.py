@@ -60,7 +60,7 @@ def check_svg(text, modes):
 def test_explain_moe_block_matches_stats_and_writes_files(tmp_path):
     torch.manual_seed(0)
     block = Block()
-    x = torch.randn(2, 16, 64, requires_grad=True)
+    x = torch.randn(2, 16, 32, requires_grad=True)
     out = hpac.explain(block, x, policy="selective", json_path=str(tmp_path / "e.json"),
                        svg_path=str(tmp_path / "e.svg"))
     check_schema(out.data, hpac.EXPLAIN_MODES)
@@ -72,24 +72,24 @@ def test_explain_moe_block_matches_stats_and_writes_files(tmp_path):
 
 
 def test_explain_bytes_of_a_hand_computed_region():
-    # Save list {mm, transpose, relu}; x [4, 8], w [8, 16], w2 [4, 8] float32:
+    # Save list {mm, transpose, neg}; x [4, 8], w [8, 16], w2 [4, 8] float32:
     # mm 4x16x4 = 256 B new and kept; transpose a view of it: 0 and 0 (its storage already kept);
-    # relu 16x4x4 = 256 B new and kept; mul_ in place: 0, not saved; mm 16x8x4 = 512 B new and kept.
+    # neg 16x4x4 = 256 B new and kept; mul_ in place: 0, not saved; mm 16x8x4 = 512 B new and kept.
     torch.manual_seed(1)
     x = torch.randn(4, 8, requires_grad=True)
     w = torch.randn(8, 16, requires_grad=True)
     w2 = torch.randn(4, 8, requires_grad=True)
 
     def region(inp):
-        r = torch.relu((inp @ w).t())
+        r = torch.neg((inp @ w).transpose(0, 1))
         r.mul_(2)
         return r @ w2
 
-    out = hpac.explain(region, x, policy=["aten::mm", "aten::transpose.int", "aten::relu"], modes=("off", "full"))
+    out = hpac.explain(region, x, policy=["aten::mm", "aten::transpose.int", "aten::neg"], modes=("off", "full"))
     rows = [(r["op"], r["decision"], r["output_bytes"], r["kept_bytes"]) for r in out.data["ops"]
             if r["phase"] == "forward" and r["decision"] != "ignore"]
     assert rows == [("aten::mm", "save", 256, 256), ("aten::transpose.int", "save", 0, 0),
-                    ("aten::relu", "save", 256, 256), ("aten::mul_.Tensor", "recompute", 0, 0),
+                    ("aten::neg", "save", 256, 256), ("aten::mul_.Tensor", "recompute", 0, 0),
                     ("aten::mm", "save", 512, 512)], rows
     check_schema(out.data, ("off", "full"))
 

@@ -41,11 +41,6 @@ std::vector<PolicyFactory> policiesFor(const std::string& mode, size_t blocks, d
 void step(const std::vector<MoeBlock>& blocks, const at::Tensor& input, const std::vector<PolicyFactory>& policies,
           bool off, int64_t region, const std::shared_ptr<DecisionRecorder>& recorder,
           const std::shared_ptr<InvocationStats>& stats, TimelineCapture* timeline, uint64_t seed) {
-  for (const MoeBlock& b : blocks) {
-    for (at::Tensor p : b.parameters()) {
-      if (p.grad().defined()) p.mutable_grad().reset();
-    }
-  }
   at::manual_seed(seed);
   at::Tensor h = input.detach().clone().set_requires_grad(true);
   for (size_t i = 0; i < blocks.size(); ++i) {
@@ -65,6 +60,15 @@ void step(const std::vector<MoeBlock>& blocks, const at::Tensor& input, const st
   at::Tensor loss = h.pow(2).mean();
   if (timeline != nullptr) timeline->mark("backward");
   loss.backward();
+}
+
+// Before a step's capture: the previous step's gradients are freed here, not inside the next timeline.
+void resetGrads(const std::vector<MoeBlock>& blocks) {
+  for (const MoeBlock& b : blocks) {
+    for (at::Tensor p : b.parameters()) {
+      if (p.grad().defined()) p.mutable_grad().reset();
+    }
+  }
 }
 
 }  // namespace
@@ -116,6 +120,7 @@ ExplainReport explainMoeBlocks(const MoeExplainOptions& o) {
   for (const std::string& mode : modes) {
     const std::vector<PolicyFactory> policies = policiesFor(mode, blocks.size(), o.budget);
     const bool off = mode == "off";
+    resetGrads(blocks);
     if (mode == "budget") {  // the profile step; the explained step replays its plan
       step(blocks, input, policies, off, -1, nullptr, nullptr, nullptr, o.seed);
     }
@@ -124,6 +129,7 @@ ExplainReport explainMoeBlocks(const MoeExplainOptions& o) {
     auto stats = std::make_shared<InvocationStats>();
     TimelineTrace trace;
     {
+      resetGrads(blocks);
       TimelineCapture capture;
       step(blocks, input, policies, off, o.region, recorder, stats, &capture, o.seed);
       trace = capture.finish(mode);

@@ -4,6 +4,7 @@
 //
 //   hpac-explain [--mode full|selective|budget] [--region N] [--blocks N] [--budget F]
 //                [--modes off,full,selective,budget] [--json FILE] [--svg FILE] [--rows N] [--seed N]
+//                [--batch N] [--seq N]
 //
 // Exit status: 0 ok; 2 bad command line (the message names the value and what
 // is allowed) or a file that cannot be written.
@@ -22,7 +23,8 @@ namespace {
 
 const char* kUsage =
     "usage: hpac-explain [--mode full|selective|budget] [--region N] [--blocks N] [--budget F]\n"
-    "                    [--modes LIST] [--json FILE] [--svg FILE] [--rows N] [--seed N] [--version]\n"
+    "                    [--modes LIST] [--json FILE] [--svg FILE] [--rows N] [--seed N] [--batch N] [--seq N]\n"
+    "                    [--version]\n"
     "  --mode    the mode whose decisions are explained (default selective)\n"
     "  --region  the block explained: 0 .. blocks-1 (default 0)\n"
     "  --blocks  blocks in the stack (default 2)\n"
@@ -31,6 +33,7 @@ const char* kUsage =
     "  --json    write the report as JSON (docs/explain.md describes the fields)\n"
     "  --svg     write the memory timeline as SVG\n"
     "  --rows    print at most N rows per phase (default all; the JSON has all)\n"
+    "  --batch, --seq  input shape [batch, seq, 64] (default 2 x 16)\n"
     "  --seed    seed of the parameters, input and dropout (default 0)";
 
 int fail(const std::string& message) {
@@ -67,10 +70,13 @@ int main(int argc, char** argv) try {
     int64_t n = 0;
     if (flag == "--mode") {
       options.mode = v;
-    } else if (flag == "--region" || flag == "--blocks" || flag == "--rows" || flag == "--seed") {
+    } else if (flag == "--region" || flag == "--blocks" || flag == "--rows" || flag == "--seed" || flag == "--batch" ||
+               flag == "--seq") {
       if (!parseInt(v, &n)) return fail(flag + " '" + v + "' is not an integer");
       if (flag == "--region") options.region = n;
       if (flag == "--blocks") options.blocks = n;
+      if (flag == "--batch") options.batch = n;
+      if (flag == "--seq") options.seq = n;
       if (flag == "--rows") {
         if (n < 0) return fail("--rows " + v + " is negative; allowed: 0 (all) or a positive integer");
         rows = n;

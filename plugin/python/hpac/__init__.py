@@ -400,9 +400,15 @@ def explain(fn, *args, policy="selective", modes=EXPLAIN_MODES, loss=None, json_
         torch.autograd.backward(value, inputs=grads or None)
         return inv
 
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if isinstance(fn, torch.nn.Module):
+        tensors += list(fn.parameters())
+
     explained_inv = None
     for m in list(modes) + ([] if label in modes else [label]):
         drawn = m in modes
+        for t in tensors:  # the previous step's gradients are freed before this step's timeline
+            t.grad = None
         if drawn:
             handle.capture_begin()
         inv = step(policy if m == label else m, m == label, drawn)
