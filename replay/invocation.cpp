@@ -207,10 +207,29 @@ Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& 
   const OpContext ctx{recompute, id_, op, occurrence,
                       c10::ArrayRef<c10::IValue>(stack.data() + stack.size() - num_args, num_args)};
   last_answer_ = policy_->decide(ctx);
-  const bool save_op = isSave(last_answer_);
+  // Note [Views are recomputed]
+  const bool save_op = isSave(last_answer_) && !returnsAlias(op);
   if (C10_UNLIKELY(record_ops_)) logOp(phase, op, save_op ? "saved" : "run");
   ++stats_.ops_forward;
   return Admission{save_op ? Action::kSave : Action::kRun, occurrence};
+}
+
+// Note [Views are recomputed]
+// An op whose result aliases its input without writing it — a view (aten::t,
+// transpose, split: `Tensor(a) self -> Tensor(a)`) or an unsafe alias
+// (_unsafe_view, unsafe_split) — is never saved, whatever the policy
+// answered: keeping it holds no bytes of its own, and recomputing it costs
+// next to nothing, while serving it would either hand autograd the input
+// itself as the view (refused: "View operation returned a tensor that is the
+// same as the input base") or cut it from its base, so that a later in-place
+// write in the recompute reaches one and not the other. The built-in tables
+// save no such op; save lists and budget plans may name them.
+bool Invocation::returnsAlias(const c10::OperatorHandle& op) const {
+  if (tables_.isUnsafeAlias(op)) return true;
+  for (const auto& ret : op.schema().returns()) {
+    if (ret.alias_info() != nullptr && !ret.alias_info()->isWrite()) return true;
+  }
+  return false;
 }
 
 // Note [Decisions are recorded]
@@ -335,6 +354,9 @@ void Invocation::recordOp(const Admission& admission, const c10::OperatorHandle&
     row.answer = toString(last_answer_);
     row.rule = policy_->reason();
     if (row.rule.empty()) row.rule = std::string("policy answered ") + row.answer;
+    if (admission.action == Action::kRun && isSave(last_answer_)) {
+      row.rule += "; recomputed anyway: its result aliases its input (Note [Views are recomputed])";
+    }
     const auto& schema = op.schema();
     const size_t num_returns = schema.returns().size();
     for (size_t j = 0; j < num_returns; ++j) {

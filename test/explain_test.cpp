@@ -68,7 +68,7 @@ TEST(Explain, RecordsWhatTheFallbackDidOnTheMoeBlockUnderSelective) {
 
 // x [4, 8] and w [8, 16], w2 [4, 8] float32; save list {mm, transpose, neg}:
 //   a = mm(x, w)        4x16x4 = 256 B new, saved: keeps 256
-//   t = a.transpose()   a view of a: 0 B new, saved: keeps nothing more (a's storage is kept)
+//   t = a.transpose()   a view of a: 0 B new; listed, but a view is recomputed (Note [Views are recomputed])
 //   r = neg(t)          16x4x4 = 256 B new, saved: keeps 256
 //   r.mul_(2)           in place: 0 B new, not saved
 //   y = mm(r, w2)       16x8x4 = 512 B new, saved: keeps 512
@@ -99,7 +99,7 @@ TEST(Explain, OutputAndKeptBytesOfAHandComputedRegion) {
     int64_t output_bytes, kept_bytes;
   };
   const std::vector<Want> want = {{"aten::mm", 0, "save", 256, 256},
-                                  {"aten::transpose.int", 0, "save", 0, 0},
+                                  {"aten::transpose.int", 0, "recompute", 0, 0},
                                   {"aten::neg", 0, "save", 256, 256},
                                   {"aten::mul_.Scalar", 0, "recompute", 0, 0},
                                   {"aten::mm", 1, "save", 512, 512}};
@@ -110,6 +110,12 @@ TEST(Explain, OutputAndKeptBytesOfAHandComputedRegion) {
     }
   }
   ASSERT_EQ(got.size(), want.size());
+  for (const ExplainedOp& op : recorder->ops()) {
+    if (op.op == "aten::transpose.int" && op.phase == Phase::kForward) {
+      EXPECT_EQ(op.answer, "MUST_SAVE");
+      EXPECT_NE(op.rule.find("recomputed anyway: its result aliases its input"), std::string::npos) << op.rule;
+    }
+  }
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(got[i].op, want[i].op) << i;
     EXPECT_EQ(got[i].occurrence, want[i].occurrence) << i;

@@ -488,6 +488,33 @@ TEST(Replay, WritesAfterTheRegionThroughUnsafeViewsAreCaught) {
   EXPECT_NE(msg.find("was modified in place after it was saved"), std::string::npos) << msg;
 }
 
+// Note [Views are recomputed]: a save list (or a budget plan) that names a
+// view is not obeyed for it: the view is recomputed from the served base, so
+// a write through an alias in the recompute reaches both, as in the forward.
+TEST(Replay, SavedViewsAreRecomputedFromTheirServedBase) {
+  at::manual_seed(0);
+  const at::Tensor x = at::randn({4, 8}), w = at::randn({8, 4});
+  Invocation inv(saveListPolicy({"aten::mm", "aten::t", "aten::_unsafe_view"}));
+  auto fn = [&] {
+    at::Tensor a = at::mm(x, w);
+    at::Tensor b = a.t();
+    at::_unsafe_view(a, {16}).add_(1.0);
+    return a.tanh() + b.t();
+  };
+  at::Tensor fwd, rec;
+  {
+    RegionGuard region(inv, Phase::kForward);
+    fwd = fn();
+  }
+  {
+    RegionGuard region(inv, Phase::kRecompute);
+    rec = fn();
+  }
+  EXPECT_EQ(inv.stats().saved, 1);   // mm only
+  EXPECT_EQ(inv.stats().served, 1);
+  EXPECT_TRUE(Matches({fwd}, {rec}));
+}
+
 TEST(Replay, UnsafeViewsWithoutWritesServeNormally) {
   at::manual_seed(0);
   const at::Tensor x = at::randn({3, 2, 8}), w = at::randn({8, 8});
