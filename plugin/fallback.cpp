@@ -42,6 +42,30 @@ void runBelowHpac(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
   op.redispatchBoxed(ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, key), stack);
 }
 
+// The fallback's body for one admitted op.
+void handle(Invocation& invocation, const Invocation::Admission& admission, const c10::OperatorHandle& op,
+            c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  switch (admission.action) {
+    case Invocation::Action::kServe:
+      invocation.serve(admission, op, stack);  // the kernel does not run
+      return;
+    case Invocation::Action::kSave: {
+      Invocation::PendingSave pending = invocation.beginSave(admission, op, *stack);
+      runBelowHpac(op, ks, stack);
+      invocation.keep(std::move(pending), op, stack);
+      return;
+    }
+    case Invocation::Action::kRun:
+      runBelowHpac(op, ks, stack);
+      invocation.afterRun(op, *stack);
+      return;
+    case Invocation::Action::kIgnore:
+    case Invocation::Action::kRecompute:
+      runBelowHpac(op, ks, stack);
+      return;
+  }
+}
+
 }  // namespace
 
 void hpacFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
@@ -64,32 +88,16 @@ void hpacFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
   }
   Invocation& invocation = *region.invocation;
   const Invocation::Admission admission = invocation.admit(region.phase, op, *stack);
-  switch (admission.action) {
-    case Invocation::Action::kServe:
-      invocation.serve(admission, op, stack);  // the kernel does not run
-      return;
-    case Invocation::Action::kSave: {
-      Invocation::PendingSave pending = invocation.beginSave(admission, op, *stack);
-      runBelowHpac(op, ks, stack);
-      invocation.keep(std::move(pending), op, stack);
-      return;
-    }
-    case Invocation::Action::kRun:
-      if (C10_UNLIKELY(invocation.profiling())) {
-        const auto start = std::chrono::steady_clock::now();
-        runBelowHpac(op, ks, stack);
-        const auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
-        invocation.observe(admission, op, *stack, nanos.count());
-      } else {
-        runBelowHpac(op, ks, stack);
-      }
-      invocation.afterRun(op, *stack);
-      return;
-    case Invocation::Action::kIgnore:
-    case Invocation::Action::kRecompute:
-      runBelowHpac(op, ks, stack);
-      return;
+  // A budget profile or explain's recorder: the op is timed and reported (Invocation::timing()).
+  if (C10_UNLIKELY(invocation.timing())) {
+    invocation.observeArguments(op, *stack);
+    const auto start = std::chrono::steady_clock::now();
+    handle(invocation, admission, op, ks, stack);
+    const auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
+    invocation.observe(admission, op, *stack, nanos.count());
+    return;
   }
+  handle(invocation, admission, op, ks, stack);
 }
 
 uint64_t fallbackEntriesOnThisThread() {

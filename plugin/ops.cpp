@@ -4,12 +4,14 @@
 #include "policy/budget_policy.h"
 #include "policy/policy_kind.h"
 #include "replay/dispatch_key.h"
+#include "replay/explain.h"
 #include "replay/invocation.h"
 #include "replay/region.h"
 #include "replay/tracking_allocator.h"
 
 #include <torch/custom_class.h>
 
+#include <algorithm>
 #include <memory>
 #include <thread>
 
@@ -39,7 +41,7 @@ class InvocationHandle : public torch::CustomClassHolder {
       : InvocationHandle(policyForKind(parsePolicyKind(kind, "hpac.Invocation"), save_list, "hpac.Invocation"),
                          allow_cache_mutation) {}
   InvocationHandle(const PolicyFactory& policy, bool allow_cache_mutation)
-      : invocation_(std::make_unique<Invocation>(policy, InvocationOptions{allow_cache_mutation})) {}
+      : invocation_(std::make_unique<Invocation>(policy, InvocationOptions{allow_cache_mutation, nullptr})) {}
 
   int64_t id() const { return static_cast<int64_t>(invocation_->id()); }
 
@@ -66,6 +68,12 @@ class InvocationHandle : public torch::CustomClassHolder {
   int64_t storedEntries() const { return static_cast<int64_t>(invocation_->storedEntries()); }
   void recordOps(bool on) { invocation_->recordOps(on); }
   std::vector<std::string> opLog() const { return invocation_->opLog(); }
+  void explain() {
+    TORCH_CHECK(invocation_->stats().ops_forward == 0 && !guard_, "hpac.Invocation.explain: invocation ", id(),
+                " has already run its forward; turn explain on before it");
+    invocation_->recordDecisions(std::make_shared<DecisionRecorder>());
+  }
+  const Invocation& invocation() const { return *invocation_; }
 
  private:
   std::unique_ptr<Invocation> invocation_;
@@ -119,6 +127,47 @@ class BudgetRegionHandle : public torch::CustomClassHolder {
   std::shared_ptr<BudgetRegion> region_;
 };
 
+// Explain from Python (hpac.explain): the report is assembled and rendered by
+// the same C++ as hpac-explain's (replay/explain.h).
+class ExplainHandle : public torch::CustomClassHolder {
+ public:
+  ExplainHandle(const std::string& source, const std::string& region, const std::string& mode) {
+    report_.source = source;
+    report_.region = region;
+    report_.mode = mode;
+  }
+  void setInvocation(const c10::intrusive_ptr<InvocationHandle>& handle) {
+    const Invocation& inv = handle->invocation();
+    TORCH_CHECK(inv.recorder() != nullptr, "hpac.explain: invocation ", inv.id(), " was not created with explain on");
+    report_.ops = inv.recorder()->ops();
+    report_.stats = inv.stats();
+  }
+  void captureBegin() {
+    TORCH_CHECK(!capture_, "hpac.explain: a timeline capture is already running");
+    capture_ = std::make_unique<TimelineCapture>();
+  }
+  void mark(const std::string& label) {
+    TORCH_CHECK(capture_, "hpac.explain: mark('", label, "') outside a timeline capture");
+    capture_->mark(label);
+  }
+  void captureEnd(const std::string& mode) {
+    TORCH_CHECK(capture_, "hpac.explain: capture_end('", mode, "') without capture_begin()");
+    report_.timelines.push_back(capture_->finish(mode));
+    capture_.reset();
+  }
+  std::string text(int64_t rows) const { return formatExplainTable(report_, static_cast<size_t>(std::max<int64_t>(rows, 0))); }
+  std::string json() const { return explainJson(report_); }
+  std::string svg() const { return timelineSvg(report_.timelines, "hpac explain: " + report_.source); }
+  void write(const std::string& path, const std::string& what) const {
+    TORCH_CHECK(what == "json" || what == "svg", "hpac.explain: unknown file kind '", what, "'; allowed: json, svg");
+    writeTextFile(path, what == "json" ? json() : svg(), what == "json" ? "JSON" : "SVG");
+  }
+
+ private:
+  ExplainReport report_;
+  std::unique_ptr<TimelineCapture> capture_;
+};
+
 }  // namespace
 
 void registerHpacOps(torch::Library& m) {
@@ -154,7 +203,8 @@ void registerHpacOps(torch::Library& m) {
       .def("stats", &InvocationHandle::stats)
       .def("stored_entries", &InvocationHandle::storedEntries)
       .def("record_ops", &InvocationHandle::recordOps)
-      .def("op_log", &InvocationHandle::opLog);
+      .def("op_log", &InvocationHandle::opLog)
+      .def("explain", &InvocationHandle::explain);
 
   m.class_<BudgetRegionHandle>("BudgetRegion")
       .def(torch::init<c10::optional<double>, c10::optional<int64_t>, int64_t, int64_t>())
@@ -162,6 +212,17 @@ void registerHpacOps(torch::Library& m) {
       .def("stage", &BudgetRegionHandle::stage)
       .def("status", &BudgetRegionHandle::status)
       .def("micros", &BudgetRegionHandle::micros);
+
+  m.class_<ExplainHandle>("Explain")
+      .def(torch::init<std::string, std::string, std::string>())
+      .def("set_invocation", &ExplainHandle::setInvocation)
+      .def("capture_begin", &ExplainHandle::captureBegin)
+      .def("mark", &ExplainHandle::mark)
+      .def("capture_end", &ExplainHandle::captureEnd)
+      .def("text", &ExplainHandle::text)
+      .def("json", &ExplainHandle::json)
+      .def("svg", &ExplainHandle::svg)
+      .def("write", &ExplainHandle::write);
 }
 
 }  // namespace hpac

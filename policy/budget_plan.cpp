@@ -31,7 +31,7 @@ std::vector<Group> groupsOf(const std::vector<ProfiledOp>& ops) {
   Groups uf(ops.size());
   std::unordered_map<int64_t, size_t> owner;  // storage id -> first op holding it
   for (size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].view) continue;  // Note [Views are recomputed]
+    if (ops[i].view) continue;  // never kept (Note [Views are recomputed], replay/invocation.cpp)
     for (const auto& [id, bytes] : ops[i].storages) {
       const auto [it, inserted] = owner.emplace(id, i);
       if (!inserted) uf.unite(i, it->second);

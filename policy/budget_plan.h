@@ -21,12 +21,9 @@
 // loses less than u bytes to the rounding). With kResolution = 4096, a plan
 // keeping 40 groups is optimal for at least 99% of the budget.
 //
-// Note [Views are recomputed]: view ops are left out of the groups and never
-// kept: their outputs are metadata over storages other ops produce (or over
-// the region's inputs and parameters), so keeping them saves no kernel time,
-// and serving a stored view in the recompute makes autograd's as_view see a
-// tensor it already made a view ("View operation returned a tensor that is the
-// same as the input base tensor", torch 2.13).
+// Views are left out of the groups and never kept: their outputs hold no
+// bytes of their own, and the invocation would not obey a save of them anyway
+// (Note [Views are recomputed] in replay/invocation.cpp).
 #pragma once
 
 #include <cstdint>

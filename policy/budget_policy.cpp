@@ -83,6 +83,21 @@ class BudgetPolicy final : public Policy {
     return (*save_)[i] ? CheckpointPolicy::MUST_SAVE : CheckpointPolicy::MUST_RECOMPUTE;
   }
 
+  // The plan entry behind the last decide() (explain, replay/explain.h).
+  std::string reason() const override {
+    switch (stage_) {
+      case BudgetRegion::Stage::kProfiling: return "budget profile: recompute every op, time it";
+      case BudgetRegion::Stage::kFallback: return "budget fallback to the fixed policy, " + selective_->reason();
+      case BudgetRegion::Stage::kPlanned: break;
+    }
+    const size_t i = position_ - 1;
+    if (diverged_) {
+      return "budget plan diverged (op sequence differs from the plan), " + selective_->reason();
+    }
+    return "budget plan entry " + std::to_string(i) + " of " + std::to_string(keys_->size()) + ": " +
+           ((*save_)[i] ? "keep" : "recompute");
+  }
+
   void onPhaseBegin(bool is_recompute) override {
     if (!is_recompute) position_ = 0, diverged_ = false, profile_.clear();
     if (selective_) selective_->onPhaseBegin(is_recompute);

@@ -22,29 +22,37 @@ namespace {
 
 class FunctionPolicy final : public Policy {
  public:
-  explicit FunctionPolicy(std::function<CheckpointPolicy(const OpContext&)> fn) : fn_(std::move(fn)) {}
-  CheckpointPolicy decide(const OpContext& ctx) override { return fn_(ctx); }
+  FunctionPolicy(std::function<CheckpointPolicy(const OpContext&)> fn, std::shared_ptr<const std::string> label)
+      : fn_(std::move(fn)), label_(std::move(label)) {}
+  CheckpointPolicy decide(const OpContext& ctx) override { return last_ = fn_(ctx); }
+  std::string reason() const override { return *label_ + ": " + toString(last_); }
 
  private:
   std::function<CheckpointPolicy(const OpContext&)> fn_;
+  std::shared_ptr<const std::string> label_;
+  CheckpointPolicy last_ = CheckpointPolicy::PREFER_RECOMPUTE;
 };
 
 }  // namespace
 
-PolicyFactory functionPolicy(std::function<CheckpointPolicy(const OpContext&)> fn) {
+PolicyFactory functionPolicy(std::function<CheckpointPolicy(const OpContext&)> fn, std::string label) {
   TORCH_CHECK(fn, "hpac: functionPolicy needs a callable, got an empty std::function");
-  return [fn = std::move(fn)]() -> std::unique_ptr<Policy> { return std::make_unique<FunctionPolicy>(fn); };
+  auto name = std::make_shared<const std::string>(std::move(label));
+  return [fn = std::move(fn), name]() -> std::unique_ptr<Policy> {
+    return std::make_unique<FunctionPolicy>(fn, name);
+  };
 }
 
 PolicyFactory recomputeAllPolicy() {
-  return functionPolicy([](const OpContext&) { return CheckpointPolicy::PREFER_RECOMPUTE; });
+  return functionPolicy([](const OpContext&) { return CheckpointPolicy::PREFER_RECOMPUTE; },
+                        "full (recompute every op)");
 }
 
 PolicyFactory boolPolicy(std::function<bool(const OpContext&)> fn) {
   TORCH_CHECK(fn, "hpac: boolPolicy needs a callable, got an empty std::function");
   return functionPolicy([fn = std::move(fn)](const OpContext& ctx) {
     return fn(ctx) ? CheckpointPolicy::MUST_SAVE : CheckpointPolicy::PREFER_RECOMPUTE;
-  });
+  }, "bool policy function");
 }
 
 PolicyFactory saveListPolicy(const std::vector<std::string>& ops) {
@@ -58,7 +66,7 @@ PolicyFactory saveListPolicy(const std::vector<std::string>& ops) {
   }
   return functionPolicy([saved](const OpContext& ctx) {
     return saved->count(opId(ctx.op)) ? CheckpointPolicy::MUST_SAVE : CheckpointPolicy::PREFER_RECOMPUTE;
-  });
+  }, "save list (listed: save, else recompute)");
 }
 
 }  // namespace hpac

@@ -68,6 +68,11 @@ class Policy {
  public:
   virtual ~Policy() = default;
   virtual CheckpointPolicy decide(const OpContext& ctx) = 0;
+  // Why the last decide() answered as it did — the table or rule of the
+  // policy, or the plan entry — for explain (replay/explain.h). Asked only
+  // while an invocation records decisions, right after decide(); "" when the
+  // policy gives no reason.
+  virtual std::string reason() const { return {}; }
   // Called when the invocation enters a phase (a second backward re-enters the
   // recompute phase); per-phase counters reset here. decide() is called in the
   // forward phase only.
@@ -100,7 +105,9 @@ PolicyFactory boolPolicy(std::function<bool(const OpContext&)> fn);
 // is registered.
 PolicyFactory saveListPolicy(const std::vector<std::string>& ops);
 
-// Any callable as a policy (stateless, or stateful with its state copied per invocation).
-PolicyFactory functionPolicy(std::function<CheckpointPolicy(const OpContext&)> fn);
+// Any callable as a policy (stateless, or stateful with its state copied per
+// invocation). `label` names it in explain's rule column ("<label>: <answer>").
+PolicyFactory functionPolicy(std::function<CheckpointPolicy(const OpContext&)> fn,
+                             std::string label = "policy function");
 
 }  // namespace hpac

@@ -44,7 +44,7 @@ PolicyFactory policyForKind(PolicyKind kind, const std::vector<std::string>& sav
     case PolicyKind::kSaveList:
       return saveListPolicy(save_list);
     case PolicyKind::kSaveAll:
-      return functionPolicy([](const OpContext&) { return CheckpointPolicy::MUST_SAVE; });
+      return functionPolicy([](const OpContext&) { return CheckpointPolicy::MUST_SAVE; }, "save_all");
   }
   TORCH_CHECK(false, caller, ": policy kind ", static_cast<int>(kind), " is not one of hpac::PolicyKind");
 }

@@ -3,12 +3,13 @@
 namespace hpac {
 
 CheckpointPolicy SelectivePolicy::decide(const OpContext& ctx) {
-  switch (tables_.classify(ctx.op)) {
+  last_category_ = tables_.classify(ctx.op);
+  switch (last_category_) {
     case OpCategory::kRecompute:
       return CheckpointPolicy::MUST_RECOMPUTE;
     case OpCategory::kMatmul: {
       // See Note [Per-phase counters].
-      const int64_t n = matmul_count_[ctx.is_recompute ? 1 : 0]++;
+      const int64_t n = last_matmul_ = matmul_count_[ctx.is_recompute ? 1 : 0]++;
       return n % 2 == 0 ? CheckpointPolicy::MUST_SAVE : CheckpointPolicy::MUST_RECOMPUTE;
     }
     case OpCategory::kSave:
@@ -18,6 +19,19 @@ CheckpointPolicy SelectivePolicy::decide(const OpContext& ctx) {
       return CheckpointPolicy::MUST_RECOMPUTE;
   }
   return CheckpointPolicy::MUST_RECOMPUTE;
+}
+
+std::string SelectivePolicy::reason() const {
+  switch (last_category_) {
+    case OpCategory::kRecompute: return "selective rule 1: recompute table";
+    case OpCategory::kMatmul:
+      return "selective rule 2: matmul family, call " + std::to_string(last_matmul_ + 1) +
+             (last_matmul_ % 2 == 0 ? " (odd: save)" : " (even: recompute)");
+    case OpCategory::kSave: return "selective rule 3: save table";
+    case OpCategory::kIgnored:
+    case OpCategory::kOther: return "selective rule 4: not in any table, recompute";
+  }
+  return "selective";
 }
 
 PolicyFactory selectivePolicy() {

@@ -30,6 +30,8 @@ class SelectivePolicy final : public Policy {
  public:
   explicit SelectivePolicy(const ResolvedOpTables& tables) : tables_(tables) {}
   CheckpointPolicy decide(const OpContext& ctx) override;
+  // "rule 1 (recompute table)", "rule 2 (matmul family, call 3: odd calls save)", ...
+  std::string reason() const override;
   void onPhaseBegin(bool is_recompute) override { matmul_count_[is_recompute ? 1 : 0] = 0; }
 
   // Matmul-family calls seen so far in the given phase.
@@ -38,6 +40,8 @@ class SelectivePolicy final : public Policy {
  private:
   const ResolvedOpTables& tables_;
   int64_t matmul_count_[2] = {0, 0};
+  OpCategory last_category_ = OpCategory::kOther;  // of the last decide(), for reason()
+  int64_t last_matmul_ = -1;                       // its matmul call index (0-based), when rule 2
 };
 
 // Factory for the built-in selective policy over the process-wide tables

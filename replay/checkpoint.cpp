@@ -58,7 +58,7 @@ class Frame : public std::enable_shared_from_this<Frame> {
       : fn_(std::move(fn)),
         preserve_rng_(options.preserve_rng_state),
         determinism_check_(options.determinism_check),
-        invocation_(options.policy, InvocationOptions{options.allow_cache_mutation}),
+        invocation_(options.policy, InvocationOptions{options.allow_cache_mutation, options.explain}),
         stats_out_(options.stats_out) {
     inputs_.reserve(inputs.size());
     for (const at::Tensor& t : inputs) {

@@ -59,6 +59,9 @@ struct CheckpointOptions {
   // If set, receives the stats of this checkpoint's invocation when the last
   // placeholder is released (after backward, or when the graph is dropped).
   std::shared_ptr<InvocationStats> stats_out;
+  // Explain (replay/explain.h): records every op of this checkpoint's
+  // invocation, forward and recompute. Non-reentrant path only.
+  std::shared_ptr<DecisionRecorder> explain;
 };
 
 std::vector<at::Tensor> checkpoint(const CheckpointFn& fn, const std::vector<at::Tensor>& inputs,

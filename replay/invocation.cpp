@@ -2,6 +2,7 @@
 
 #include "replay/collective_work.h"
 #include "replay/dispatch_key.h"
+#include "replay/explain.h"
 
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/macros/Macros.h>
@@ -68,14 +69,16 @@ std::vector<bool> writtenArguments(const c10::FunctionSchema& schema) {
 }
 
 // Index of the argument a mutable return aliases (`Tensor(a!) self` ->
-// `Tensor(a!)`), or -1 for a fresh return.
+// `Tensor(a!)`), or -1 for a fresh return. A view's return (`Tensor(a)`, no
+// write) is not one: it is kept and served as an alias of its own storage —
+// serving a view its input would hand autograd the input itself as the view.
 int64_t aliasedArgument(const c10::FunctionSchema& schema, size_t return_index) {
   if (isInPlaceCollective(schema)) {
     const auto& ret = schema.returns()[return_index];
     return return_index == 0 && !schema.arguments().empty() && *ret.type() == *schema.arguments()[0].type() ? 0 : -1;
   }
   const auto* ret_alias = schema.returns()[return_index].alias_info();
-  if (ret_alias == nullptr) return -1;
+  if (ret_alias == nullptr || !ret_alias->isWrite()) return -1;
   const auto& args = schema.arguments();
   for (size_t i = 0; i < args.size(); ++i) {
     const auto* a = args[i].alias_info();
@@ -143,7 +146,8 @@ Invocation::Invocation(const PolicyFactory& policy, InvocationOptions options)
     : id_(next_invocation_id.fetch_add(1)),
       options_(options),
       tables_(ResolvedOpTables::global()),
-      policy_(policy ? policy() : recomputeAllPolicy()()) {
+      policy_(policy ? policy() : recomputeAllPolicy()()),
+      recorder_(options_.recorder) {
   TORCH_CHECK(policy_ != nullptr, "hpac: the policy factory of invocation ", id_, " returned a null policy");
 }
 
@@ -202,10 +206,30 @@ Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& 
   const size_t num_args = op.schema().arguments().size();
   const OpContext ctx{recompute, id_, op, occurrence,
                       c10::ArrayRef<c10::IValue>(stack.data() + stack.size() - num_args, num_args)};
-  const bool save_op = isSave(policy_->decide(ctx));
+  last_answer_ = policy_->decide(ctx);
+  // Note [Views are recomputed]
+  const bool save_op = isSave(last_answer_) && !returnsAlias(op);
   if (C10_UNLIKELY(record_ops_)) logOp(phase, op, save_op ? "saved" : "run");
   ++stats_.ops_forward;
   return Admission{save_op ? Action::kSave : Action::kRun, occurrence};
+}
+
+// Note [Views are recomputed]
+// An op whose result aliases its input without writing it — a view (aten::t,
+// transpose, split: `Tensor(a) self -> Tensor(a)`) or an unsafe alias
+// (_unsafe_view, unsafe_split) — is never saved, whatever the policy
+// answered: keeping it holds no bytes of its own, and recomputing it costs
+// next to nothing, while serving it would either hand autograd the input
+// itself as the view (refused: "View operation returned a tensor that is the
+// same as the input base") or cut it from its base, so that a later in-place
+// write in the recompute reaches one and not the other. The built-in tables
+// save no such op; save lists and budget plans may name them.
+bool Invocation::returnsAlias(const c10::OperatorHandle& op) const {
+  if (tables_.isUnsafeAlias(op)) return true;
+  for (const auto& ret : op.schema().returns()) {
+    if (ret.alias_info() != nullptr && !ret.alias_info()->isWrite()) return true;
+  }
+  return false;
 }
 
 // Note [Decisions are recorded]
@@ -257,12 +281,17 @@ void Invocation::releaseUnserved(bool completed) {
 // allocation. While the profile runs, each named StorageImpl is held by a weak
 // reference, which keeps the object (not its data) allocated, so no later
 // storage can take the address; an expired one still gets a new id.
-//
+void Invocation::observe(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
+                         int64_t nanos) {
+  if (profiling_ && admission.action == Action::kRun) profileOp(admission, op, stack, nanos);
+  if (recorder_ != nullptr) recordOp(admission, op, stack, nanos);
+}
+
 // What keeping this op's outputs would hold, as keep() would hold it: fresh
 // storages for the snapshots of written arguments (returned aliased), the
 // storages of the other tensor returns (Note [Profile storage ids]).
-void Invocation::observe(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
-                         int64_t nanos) {
+void Invocation::profileOp(const Admission& admission, const c10::OperatorHandle& op,
+                           const torch::jit::Stack& stack, int64_t nanos) {
   const auto& schema = op.schema();
   const size_t num_returns = schema.returns().size();
   ProfiledOp profile;
@@ -271,30 +300,90 @@ void Invocation::observe(const Admission& admission, const c10::OperatorHandle& 
   profile.id = opId(op);
   profile.occurrence = admission.occurrence;
   profile.micros = static_cast<double>(nanos) / 1e3;
-  for (size_t j = 0; j < num_returns; ++j) {
-    const auto* alias = schema.returns()[j].alias_info();
-    profile.view = profile.view || (alias != nullptr && !alias->isWrite());  // Note [Views are recomputed]
-  }
+  profile.view = returnsAlias(op);  // Note [Views are recomputed]
   for (size_t j = 0; j < num_returns; ++j) {
     const c10::IValue& ret = stack[stack.size() - num_returns + j];
     const bool snapshot = aliasedArgument(schema, j) >= 0;
     forEachTensor(ret, [&](const at::Tensor& t) {
       if (!t.defined()) return;
       if (snapshot || !t.has_storage()) {
-        profile.storages.emplace_back(next_profile_id_++, tensorBytes(t));
+        profile.storages.emplace_back(profile_ids_.fresh(), tensorBytes(t));
         return;
       }
-      const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
-      auto it = profile_ids_.find(impl);
-      if (it == profile_ids_.end() || it->second.first.expired()) {
-        c10::weak_intrusive_ptr<c10::StorageImpl> weak(t.storage().getWeakStorageImpl());
-        it = profile_ids_.insert_or_assign(impl, std::make_pair(std::move(weak), next_profile_id_++)).first;
-      }
-      profile.storages.emplace_back(it->second.second, static_cast<int64_t>(t.storage().nbytes()));
+      profile.storages.emplace_back(profile_ids_.of(t), static_cast<int64_t>(t.storage().nbytes()));
     });
   }
   const OpContext ctx{false, id_, op, admission.occurrence, {}};
   policy_->observe(ctx, profile);
+}
+
+// Note [Explain's byte accounting]
+// In the forward, every storage an op reads or writes is named (StorageIds).
+// An op's output_bytes are the bytes of the storages its outputs hold that no
+// earlier op of the region touched: a view or an in-place result of an input,
+// of a parameter or of an earlier output costs nothing. A save's kept_bytes
+// are what keep() makes live until the recompute beyond what earlier saves
+// already keep: the storages of its returns not kept yet, and the snapshot of
+// each tensor it wrote (an in-place or out= result, copied by keep()).
+void Invocation::observeArguments(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  if (recorder_ == nullptr || phase_ != Phase::kForward) return;
+  const size_t num_args = op.schema().arguments().size();
+  for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
+    forEachTensor(stack[i], [&](const at::Tensor& t) {
+      if (t.defined() && t.has_storage()) recorder_->seen_.of(t);
+    });
+  }
+}
+
+void Invocation::recordOp(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
+                          int64_t nanos) {
+  DecisionRecorder& r = *recorder_;
+  ExplainedOp row;
+  row.phase = phase_;
+  const auto& name = op.operator_name();
+  row.op = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+  row.occurrence = admission.occurrence;
+  row.micros = static_cast<double>(nanos) / 1e3;
+  switch (admission.action) {
+    case Action::kIgnore: row.decision = "ignore", row.rule = "ignored-op table (not counted)"; break;
+    case Action::kRun: row.decision = "recompute"; break;
+    case Action::kSave: row.decision = "save"; break;
+    case Action::kServe: row.decision = "serve"; break;
+    case Action::kRecompute: row.decision = "recompute"; break;
+  }
+  if (phase_ == Phase::kForward && admission.action != Action::kIgnore) {
+    row.answer = toString(last_answer_);
+    row.rule = policy_->reason();
+    if (row.rule.empty()) row.rule = std::string("policy answered ") + row.answer;
+    if (admission.action == Action::kRun && isSave(last_answer_)) {
+      row.rule += "; recomputed anyway: its result aliases its input (Note [Views are recomputed])";
+    }
+    const auto& schema = op.schema();
+    const size_t num_returns = schema.returns().size();
+    for (size_t j = 0; j < num_returns; ++j) {
+      const bool written = aliasedArgument(schema, j) >= 0;
+      forEachTensor(stack[stack.size() - num_returns + j], [&](const at::Tensor& t) {
+        if (!t.defined()) return;
+        if (admission.action == Action::kSave && (written || !t.has_storage())) row.kept_bytes += tensorBytes(t);
+        if (!t.has_storage()) {
+          row.output_bytes += tensorBytes(t);
+          return;
+        }
+        bool first = false;
+        const int64_t sid = r.seen_.of(t, &first);
+        const auto bytes = static_cast<int64_t>(t.storage().nbytes());
+        if (first) row.output_bytes += bytes;
+        if (admission.action == Action::kSave && !written && r.kept_.insert(sid).second) row.kept_bytes += bytes;
+      });
+    }
+    r.forward_rows_[{row.op, row.occurrence}] = r.ops_.size();
+  } else if (phase_ == Phase::kRecompute && admission.action != Action::kIgnore) {
+    const auto fwd = r.forward_rows_.find({row.op, row.occurrence});
+    row.rule = fwd == r.forward_rows_.end()
+                   ? std::string("not run by the forward (nothing saved to misalign)")
+                   : "replays the forward's " + r.ops_[fwd->second].decision + " (" + r.ops_[fwd->second].rule + ")";
+  }
+  r.ops_.push_back(std::move(row));
 }
 
 void Invocation::afterRun(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {

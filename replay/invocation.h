@@ -17,6 +17,7 @@
 #include "policy/checkpoint_policy.h"
 #include "policy/op_tables.h"
 #include "replay/phase.h"
+#include "replay/storage_ids.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -29,6 +30,8 @@
 #include <vector>
 
 namespace hpac {
+
+class DecisionRecorder;  // replay/explain.h
 
 // InvocationStats: the evidence that backward re-ran the region.
 struct InvocationStats {
@@ -59,6 +62,9 @@ struct InvocationOptions {
   // Allow user code to mutate a cached output in place after it was saved:
   // saved outputs are then cloned (costs memory) instead of aliased.
   bool allow_cache_mutation = false;
+  // Explain (replay/explain.h): when set, every op of this invocation is
+  // recorded there, with its kernel timed. Null: nothing is recorded.
+  std::shared_ptr<DecisionRecorder> recorder;
 };
 
 class Invocation {
@@ -102,9 +108,15 @@ class Invocation {
   // a cached output first gives the cache its private copy (Note [Copy on write]).
   Admission admit(Phase phase, const c10::OperatorHandle& op, const torch::jit::Stack& stack);
 
-  // Whether this forward is a profile (Policy::wantsProfile()): the fallback
-  // then times each kRun kernel and reports it through observe().
+  // Whether the fallback times ops and reports them through observe(): while
+  // this forward is a profile (Policy::wantsProfile(); kRun ops), or while a
+  // recorder is attached (every op, both phases). The fallback's only cost
+  // without either is this one branch.
+  bool timing() const { return profiling_ || recorder_ != nullptr; }
   bool profiling() const { return profiling_; }
+  // Before the op, when timing(): the storages of its arguments (explain's byte accounting).
+  void observeArguments(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+  // After the op (after keep() / serve() for kSave / kServe), with its time.
   void observe(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                int64_t nanos);
 
@@ -131,6 +143,9 @@ class Invocation {
   // action", action one of ignored, run (forward, recompute policy), saved,
   // served, recomputed.
   void recordOps(bool on) { record_ops_ = on; }
+  // Explain: attach a recorder (replay/explain.h) before the forward, like InvocationOptions::recorder.
+  void recordDecisions(std::shared_ptr<DecisionRecorder> recorder) { recorder_ = std::move(recorder); }
+  const std::shared_ptr<DecisionRecorder>& recorder() const { return recorder_; }
   const std::vector<std::string>& opLog() const { return op_log_; }
 
  private:
@@ -164,12 +179,15 @@ class Invocation {
   std::unordered_map<OpId, int64_t> occurrences_[2];
   Phase phase_ = Phase::kForward;
   bool profiling_ = false;
-  // Note [Profile storage ids]: weak references keep the StorageImpl objects (not their data) of
-  // profiled outputs allocated, so an address seen in the profile cannot be reused by a later output.
-  std::unordered_map<const c10::StorageImpl*, std::pair<c10::weak_intrusive_ptr<c10::StorageImpl>, int64_t>>
-      profile_ids_;
-  int64_t next_profile_id_ = 0;
+  StorageIds profile_ids_;  // Note [Profile storage ids]
+  std::shared_ptr<DecisionRecorder> recorder_;
+  CheckpointPolicy last_answer_ = CheckpointPolicy::PREFER_RECOMPUTE;  // of the last decide()
+  void profileOp(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
+                 int64_t nanos);
+  void recordOp(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
+                int64_t nanos);
   void releaseUnserved(bool completed);
+  bool returnsAlias(const c10::OperatorHandle& op) const;
   void release(Entry& entry);
   void watchUnsafeAliases(const torch::jit::Stack& stack, size_t num_returns);
   void copyOnWrite(const c10::FunctionSchema& schema, const torch::jit::Stack& stack);

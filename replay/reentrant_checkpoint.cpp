@@ -91,6 +91,8 @@ std::vector<at::Tensor> reentrantCheckpoint(const CheckpointFn& fn, const std::v
                                             const CheckpointOptions& options) {
   TORCH_CHECK(!options.policy, "hpac: the reentrant checkpoint recomputes everything and takes no policy; "
                                "use the non-reentrant checkpoint (use_reentrant=false) for selective checkpointing");
+  TORCH_CHECK(!options.explain, "hpac: the reentrant checkpoint has no invocation to explain; "
+                                "use the non-reentrant checkpoint (use_reentrant=false) with explain");
   auto state = c10::make_intrusive<ReentrantState>();
   state->fn = fn;
   state->preserve_rng = options.preserve_rng_state;

@@ -38,6 +38,7 @@ c10::DataPtr TrackingAllocator::allocate(size_t nbytes) HPAC_ALLOCATOR_CONST {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     live_.emplace(data, Live{std::move(inner), bytes});
+    if (timeline_ != nullptr) timeline_->push_back(current_.load(std::memory_order_relaxed));
   }
   return c10::DataPtr(data, data, &TrackingAllocator::release, device);
 }
@@ -57,6 +58,7 @@ void TrackingAllocator::release(void* data) {
     }
     live = std::move(it->second);
     t->live_.erase(it);
+    if (t->timeline_ != nullptr) t->timeline_->push_back(t->current_.load(std::memory_order_relaxed) - live.bytes);
   }
   t->current_.fetch_sub(live.bytes, std::memory_order_relaxed);
   // live.inner frees the memory through the inner allocator's deleter here.

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 namespace hpac {
 
@@ -31,6 +32,14 @@ class TrackingAllocator final : public c10::Allocator {
   int64_t allocations() const { return allocations_.load(std::memory_order_relaxed); }
   // Sets the peak to the current value.
   void resetPeak() { peak_.store(currentBytes(), std::memory_order_relaxed); }
+
+  // Timeline (explain, replay/explain.h): while set, the bytes alive after
+  // every allocation and free are appended to `*out` (TimelineCapture owns
+  // it). nullptr stops.
+  void setTimeline(std::vector<int64_t>* out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    timeline_ = out;
+  }
 
   // Fault injection: the `n`-th allocation from now (n >= 1) throws c10::Error
   // ("simulated out of memory"), as a real allocator does when memory runs
@@ -63,6 +72,7 @@ class TrackingAllocator final : public c10::Allocator {
   };
   mutable std::mutex mutex_;
   mutable std::unordered_map<void*, Live> live_;
+  std::vector<int64_t>* timeline_ = nullptr;  // guarded by mutex_
 };
 
 }  // namespace hpac

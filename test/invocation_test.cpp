@@ -250,7 +250,7 @@ TEST_F(ReplayTest, MutatedCacheIsAnErrorUnlessAllowed) {
     EXPECT_NE(msg.find("hpac_test::counted_mm"), std::string::npos) << msg;
   }
   {  // allowed: outputs are cloned at save
-    Invocation inv(saveListPolicy({"hpac_test::counted_mm"}), InvocationOptions{/*allow_cache_mutation=*/true});
+    Invocation inv(saveListPolicy({"hpac_test::counted_mm"}), InvocationOptions{/*allow_cache_mutation=*/true, nullptr});
     at::Tensor out, original;
     {
       RegionGuard region(inv, Phase::kForward);
@@ -335,6 +335,33 @@ TEST(Replay, WritesAfterTheRegionThroughUnsafeViewsAreCaught) {
               msg.find("the cached output of aten::bmm (default overload) occurrence 0") != std::string::npos)
       << msg;
   EXPECT_NE(msg.find("was modified in place after it was saved"), std::string::npos) << msg;
+}
+
+// Note [Views are recomputed]: a save list (or a budget plan) that names a
+// view is not obeyed for it: the view is recomputed from the served base, so
+// a write through an alias in the recompute reaches both, as in the forward.
+TEST(Replay, SavedViewsAreRecomputedFromTheirServedBase) {
+  at::manual_seed(0);
+  const at::Tensor x = at::randn({4, 8}), w = at::randn({8, 4});
+  Invocation inv(saveListPolicy({"aten::mm", "aten::t", "aten::_unsafe_view"}));
+  auto fn = [&] {
+    at::Tensor a = at::mm(x, w);
+    at::Tensor b = a.t();
+    at::_unsafe_view(a, {16}).add_(1.0);
+    return a.tanh() + b.t();
+  };
+  at::Tensor fwd, rec;
+  {
+    RegionGuard region(inv, Phase::kForward);
+    fwd = fn();
+  }
+  {
+    RegionGuard region(inv, Phase::kRecompute);
+    rec = fn();
+  }
+  EXPECT_EQ(inv.stats().saved, 1);   // mm only
+  EXPECT_EQ(inv.stats().served, 1);
+  EXPECT_TRUE(Matches({fwd}, {rec}));
 }
 
 TEST(Replay, UnsafeViewsWithoutWritesServeNormally) {

@@ -17,6 +17,7 @@ ALLOWED = {
     "tools/evidence": CORE | {"tools/moe"},
     "tools/demo": CORE | {"tools/evidence", "tools/moe"},
     "tools/distributed": CORE,
+    "tools/explain": CORE | {"tools/moe"},
     "tools/launch": {"plugin"},
     "tools/trainer": CORE | {"tools/moe", "tools/distributed", "tools/launch", "tools/evidence"},
 }

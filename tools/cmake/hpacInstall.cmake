@@ -13,7 +13,7 @@
 #                                             trainer); the include directory is include/hpac, so installed code
 #                                             includes exactly as in-tree code does: "replay/checkpoint.h"
 #      lib/cmake/hpac/hpacConfig.cmake        checks that find_package(Torch) found the torch hpac was built for
-#      bin/hpac-demo, bin/hpac-launch, bin/hpac-train (+ share/hpac/model_registry.yaml)
+#      bin/hpac-demo, bin/hpac-explain, bin/hpac-launch, bin/hpac-train (+ share/hpac/model_registry.yaml)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -59,7 +59,7 @@ function(hpac_install_package)
   install(EXPORT hpacTargets NAMESPACE hpac:: DESTINATION "${HPAC_INSTALL_CMAKEDIR}")
 
   set(cli)
-  foreach(tool hpac-demo hpac-launch hpac-train)
+  foreach(tool hpac-demo hpac-explain hpac-launch hpac-train)
     if(TARGET ${tool})
       list(APPEND cli ${tool})
     endif()

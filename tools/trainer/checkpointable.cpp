@@ -54,6 +54,13 @@ CheckpointOptions CheckpointableLayer::options(CheckpointMode mode, bool reentra
       if (p.requires_grad()) options.parameters.push_back(p);
     }
   }
+  if (explain_ && !reentrant) {  // explain's caller reads these stats itself
+    options.explain = std::move(explain_);
+    options.stats_out = std::move(explain_stats_);
+    explain_.reset();
+    explain_stats_.reset();
+    return options;
+  }
   options.stats_out = pending_.emplace_back(std::make_shared<InvocationStats>());
   return options;
 }

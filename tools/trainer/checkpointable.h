@@ -89,6 +89,13 @@ class CheckpointableLayer : public torch::nn::Module {
   // Zoo layers all have it; a layer that cannot run its body twice returns false.
   virtual bool supportsNativeCheckpoint() const { return true; }
 
+  // Explain (hpac-train --explain): the layer's next non-reentrant checkpoint
+  // call records its ops into `recorder` and its stats into `stats`.
+  void explainNextCheckpoint(std::shared_ptr<DecisionRecorder> recorder, std::shared_ptr<InvocationStats> stats) {
+    explain_ = std::move(recorder);
+    explain_stats_ = std::move(stats);
+  }
+
  protected:
   // Runs the layer body, checkpointed whole when the setting says so.
   std::vector<at::Tensor> runLayer(const std::vector<at::Tensor>& inputs, const CheckpointFn& body);
@@ -101,6 +108,8 @@ class CheckpointableLayer : public torch::nn::Module {
 
   CheckpointSetting setting_;
   std::vector<std::shared_ptr<InvocationStats>> pending_;
+  std::shared_ptr<DecisionRecorder> explain_;
+  std::shared_ptr<InvocationStats> explain_stats_;
 };
 
 }  // namespace hpac::trainer

@@ -17,6 +17,8 @@
 #include "tools/trainer/config.h"
 #include "tools/trainer/registry.h"
 
+#include "replay/explain.h"  // jsonString
+
 #include "absl/strings/str_cat.h"
 
 #include <torch/library.h>
@@ -28,27 +30,7 @@
 namespace hpac::trainer {
 namespace {
 
-std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
+std::string quote(const std::string& s) { return jsonString(s); }
 
 std::string number(double v) {
   char buf[32];

@@ -15,6 +15,7 @@
 // model preparation.
 #include "tools/launch/launcher.h"
 #include "tools/trainer/config.h"
+#include "tools/trainer/explain_train.h"
 #include "tools/trainer/parallel.h"
 #include "tools/trainer/registry.h"
 #include "tools/trainer/trainer.h"
@@ -37,7 +38,8 @@ namespace {
 
 const char* kUsage =
     "usage: hpac-train --config FILE [--mode off|full|selective|budget] [--compare] [--steps N] [--registry FILE] "
-    "[--nproc N] [--version]\n"
+    "[--nproc N] [--explain [--json FILE] [--svg FILE]] [--version]
+"
     "  --config    trainer YAML (e.g. examples/training_demo/train.yaml)\n"
     "  --mode      override activation_checkpoint.mode (budget needs activation_checkpoint.memory_budget)\n"
     "  --compare   train off, full and selective (and budget when the config has a memory_budget) from the same "
@@ -45,6 +47,8 @@ const char* kUsage =
     "  --steps     override train.steps\n"
     "  --registry  model registry YAML (default: the one shipped with hpac)\n"
     "  --nproc     start N local ranks (must equal the config's parallel tp x dp)\n"
+    "  --explain   one step per mode: the first layer region's per-op decisions in the config's mode (or --mode)\n"
+    "              and the memory timeline; --json / --svg write them (docs/explain.md)\n"
     "  --version   print hpac's version, the libhpac loaded and the torch it was built for";
 
 // Tolerance for a comparison that is not bit for bit (fp32 CPU).
@@ -80,7 +84,8 @@ int main(int argc, char** argv) try {
   std::optional<int64_t> steps;
   std::optional<int> nproc;
   std::vector<std::string> rank_args{selfExecutable()};  // the command line each rank runs (no --nproc)
-  bool compare = false;
+  bool compare = false, explain = false;
+  std::string explain_json, explain_svg;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     auto value = [&]() -> std::optional<std::string> {
@@ -109,6 +114,12 @@ int main(int argc, char** argv) try {
       return 0;
     } else if (flag == "--compare") {
       compare = true;
+    } else if (flag == "--explain") {
+      explain = true;
+    } else if (flag == "--json" || flag == "--svg") {
+      auto v = value();
+      if (!v) return fail(absl::StrCat(flag, " needs a file path\n", kUsage));
+      (flag == "--json" ? explain_json : explain_svg) = *v;
     } else if (flag == "--config" || flag == "--mode" || flag == "--steps" || flag == "--registry") {
       auto v = value();
       if (!v) return fail(absl::StrCat(flag, " needs a value\n", kUsage));
@@ -134,6 +145,8 @@ int main(int argc, char** argv) try {
   }
   if (config_path.empty()) return fail(absl::StrCat("--config is required\n", kUsage));
   if (compare && mode) return fail("--compare runs every mode; do not combine it with --mode");
+  if (explain && (compare || nproc)) return fail("--explain runs one process and every mode; do not combine it with --compare or --nproc");
+  if (!explain && (!explain_json.empty() || !explain_svg.empty())) return fail("--json and --svg go with --explain");
 
   auto config = loadConfig(config_path);
   if (!config.ok()) return fail(std::string(config.status().message()));
@@ -147,6 +160,20 @@ int main(int argc, char** argv) try {
   absl::StatusOr<ModelRegistry> registry =
       registry_path.empty() ? builtinRegistry() : loadRegistry(registry_path);
   if (!registry.ok()) return fail(std::string(registry.status().message()));
+
+  if (explain) {
+    if (!explain_json.empty()) hpac::checkWritablePath(explain_json, "JSON");
+    if (!explain_svg.empty()) hpac::checkWritablePath(explain_svg, "SVG");
+    auto report = explainTraining(*config, *registry, config->activation_checkpoint.mode);
+    if (!report.ok()) return fail(std::string(report.status().message()));
+    if (!explain_json.empty()) hpac::writeTextFile(explain_json, hpac::explainJson(*report), "JSON");
+    if (!explain_svg.empty()) {
+      hpac::writeTextFile(explain_svg, hpac::timelineSvg(report->timelines, "hpac-train --explain: " + report->source),
+                          "SVG");
+    }
+    std::cout << hpac::formatExplainTable(*report);
+    return 0;
+  }
 
   const ParallelSpec& layout = config->parallel;
   const bool in_job = std::getenv("HPAC_RANK") != nullptr;

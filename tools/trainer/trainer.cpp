@@ -121,6 +121,7 @@ StepResult Trainer::step(int64_t index, bool keep_grads) {
   {
     at::Tensor loss = model_->loss(tokens);
     r.loss = loss.item<double>();
+    if (timeline_ != nullptr) timeline_->mark("backward");
     loss.backward();
   }
   if (parallel_) synchronizeGradients(static_cast<Qwen3MoeForCausalLM&>(*model_), *parallel_);
@@ -132,6 +133,7 @@ StepResult Trainer::step(int64_t index, bool keep_grads) {
       r.grads.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
     }
   }
+  if (timeline_ != nullptr) timeline_->mark("optimizer");
   optimizer_->step();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (parallel_) {

@@ -14,6 +14,7 @@
 #include "tools/trainer/registry.h"
 #include "tools/trainer/routing.h"
 #include "tools/trainer/zoo_common.h"
+#include "replay/explain.h"
 
 #include "absl/status/statusor.h"
 
@@ -69,6 +70,8 @@ class Trainer {
                                                          const LogFn& log = logToStderr,
                                                          std::shared_ptr<ParallelRuntime> parallel = nullptr);
   StepResult step(int64_t index, bool keep_grads = false);
+  // Explain: the next steps mark "backward" and "optimizer" on `timeline` (null: none).
+  void markTimeline(TimelineCapture* timeline) { timeline_ = timeline; }
 
   ZooModel& model() { return *model_; }
   std::shared_ptr<ZooModel> modelPtr() { return model_; }
@@ -82,6 +85,7 @@ class Trainer {
   TrainConfig config_;
   std::shared_ptr<ParallelRuntime> parallel_;
   bool track_memory_ = true;
+  TimelineCapture* timeline_ = nullptr;
   std::shared_ptr<ZooModel> model_;
   Preparation preparation_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;

@@ -15,6 +15,7 @@ already owned) arrive as RuntimeError with hpac's message.
 """
 import contextlib
 import functools
+import json
 import os
 import threading
 
@@ -22,8 +23,8 @@ import torch
 
 __all__ = [
     "__version__", "load", "built_for_torch", "version", "dispatch_key", "fallback_status", "global_stats", "reset_global_stats",
-    "Invocation", "Budget", "budget", "context_fn", "checkpoint", "checkpoint_with", "checkpoint_wrapper", "unwrap_checkpoint",
-    "track_memory", "memory_stats", "reset_peak_memory",
+    "Invocation", "Budget", "budget", "context_fn", "checkpoint", "checkpoint_with", "checkpoint_wrapper",
+    "unwrap_checkpoint", "track_memory", "memory_stats", "reset_peak_memory", "explain", "Explanation", "EXPLAIN_MODES",
 ]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -244,7 +245,7 @@ class Invocation:
     record_ops=True keeps a log of every op the fallback handed to it (op_log()), for tests and explain tools.
     """
 
-    def __init__(self, policy="selective", allow_cache_mutation=False, record_ops=False):
+    def __init__(self, policy="selective", allow_cache_mutation=False, record_ops=False, explain=False):
         if isinstance(policy, Budget):
             self._handle = policy._invocation(allow_cache_mutation)
         else:
@@ -252,6 +253,8 @@ class Invocation:
             self._handle = torch.classes.hpac.Invocation(kind, names, bool(allow_cache_mutation))
         if record_ops:
             self._handle.record_ops(True)
+        if explain:
+            self._handle.explain()
 
     @property
     def id(self):
@@ -401,6 +404,91 @@ def checkpoint_with(invocation, fn, *args, preserve_rng_state=True, determinism_
 
 def _checkpointed_forward(forward, policy, *args, **kwargs):
     return checkpoint(forward, *args, policy=policy, **kwargs)
+
+
+EXPLAIN_MODES = ("off", "full", "selective")
+
+
+class Explanation:
+    """What hpac.explain found: `text` (the per-op table and summary), `data` (the JSON as a dict, schema
+    "hpac.explain/1", docs/explain.md), `svg` (the memory timeline)."""
+
+    def __init__(self, handle, rows):
+        self._handle = handle
+        self.text = handle.text(rows)
+        self.json = handle.json()
+        self.data = json.loads(self.json)
+        self.svg = handle.svg()
+
+    def __str__(self):
+        return self.text
+
+
+def explain(fn, *args, policy="selective", modes=EXPLAIN_MODES, loss=None, json_path=None, svg_path=None,
+            rows=0, name=None, **kwargs):
+    """Explains one checkpoint region: runs fn(*args, **kwargs) and backward once per mode in `modes` (a subset
+    of "off", "full", "selective", in that order of drawing), capturing tensor bytes over each step (the
+    tracking allocator), and records what hpac did with each op of the `policy` run (a policy kind or a save
+    list, as for hpac.checkpoint): decision, the rule behind it, output bytes, measured µs. `loss` maps fn's
+    result to the scalar backward starts from (default: the sum of the result). Writes the JSON and the SVG
+    when paths are given. Returns an Explanation. The same C++ renders hpac-explain's output."""
+    for m in modes:
+        if m not in EXPLAIN_MODES:
+            raise ValueError(f"hpac.explain: unknown mode {m!r}; allowed: {', '.join(EXPLAIN_MODES)}")
+    if policy is None or policy == "off":
+        raise ValueError(f"hpac.explain: policy {policy!r} checkpoints nothing, so there is nothing to explain; "
+                         "allowed: a policy kind such as 'selective' or 'full', or a save list")
+    for path in (json_path, svg_path):
+        if path is not None:
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+                raise ValueError(f"hpac.explain: cannot write {path!r}: its folder {folder!r} does not exist or "
+                                 "is not writable; give a path in an existing, writable folder")
+    if not torch.is_grad_enabled():
+        raise RuntimeError("hpac.explain needs grad mode on (it runs backward)")
+    label = policy if isinstance(policy, str) else "save_list"
+    region = name or getattr(fn, "__qualname__", None) or type(fn).__name__
+    track_memory()
+    handle = torch.classes.hpac.Explain(f"Python {region}", region, label)
+    loss = loss or (lambda out: out.sum())
+
+    def step(policy_for_step, explained, drawn):
+        grads = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+        inv = None
+        if policy_for_step == "off":
+            out = fn(*args, **kwargs)
+        else:
+            inv = Invocation(policy_for_step, explain=explained)
+            out = checkpoint_with(inv, fn, *args, **kwargs)
+        value = loss(out)
+        if drawn:
+            handle.mark("backward")
+        torch.autograd.backward(value, inputs=grads or None)
+        return inv
+
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if isinstance(fn, torch.nn.Module):
+        tensors += list(fn.parameters())
+
+    explained_inv = None
+    for m in list(modes) + ([] if label in modes else [label]):
+        drawn = m in modes
+        for t in tensors:  # the previous step's gradients are freed before this step's timeline
+            t.grad = None
+        if drawn:
+            handle.capture_begin()
+        inv = step(policy if m == label else m, m == label, drawn)
+        if drawn:
+            handle.capture_end(m)
+        if m == label:
+            explained_inv = inv
+    handle.set_invocation(explained_inv._handle)
+    result = Explanation(handle, rows)
+    if json_path is not None:
+        handle.write(json_path, "json")
+    if svg_path is not None:
+        handle.write(svg_path, "svg")
+    return result
 
 
 def checkpoint_wrapper(module, mode="full"):

@@ -1,0 +1,46 @@
+// hpac/replay/storage_ids.h
+//
+// StorageIds: names the storages seen during one phase of an invocation, so
+// that outputs sharing a storage (a view and its base, an in-place result and
+// its argument) get one name. Used by the budget profile and by explain's
+// byte accounting (Note [Profile storage ids] in replay/invocation.cpp).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/StorageImpl.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <cstdint>
+#include <unordered_map>
+#include <utility>
+
+namespace hpac {
+
+class StorageIds {
+ public:
+  // The id of t's storage (t defined, with storage); a storage not seen
+  // before, or whose earlier holder expired, gets a new one (`*first` true).
+  int64_t of(const at::Tensor& t, bool* first = nullptr) {
+    const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+    auto it = ids_.find(impl);
+    const bool is_new = it == ids_.end() || it->second.first.expired();
+    if (is_new) {
+      c10::weak_intrusive_ptr<c10::StorageImpl> weak(t.storage().getWeakStorageImpl());
+      it = ids_.insert_or_assign(impl, std::make_pair(std::move(weak), next_++)).first;
+    }
+    if (first != nullptr) *first = is_new;
+    return it->second.second;
+  }
+  // An id no storage has: for snapshots (copies keep() would make).
+  int64_t fresh() { return next_++; }
+  // Forgets the storages (ids keep counting up).
+  void clear() { ids_.clear(); }
+
+ private:
+  // Weak references keep the StorageImpl objects (not their data) allocated,
+  // so an address seen here cannot be reused by a later storage.
+  std::unordered_map<const c10::StorageImpl*, std::pair<c10::weak_intrusive_ptr<c10::StorageImpl>, int64_t>> ids_;
+  int64_t next_ = 0;
+};
+
+}  // namespace hpac
