@@ -38,8 +38,7 @@ namespace {
 
 const char* kUsage =
     "usage: hpac-train --config FILE [--mode off|full|selective|budget] [--compare] [--steps N] [--registry FILE] "
-    "[--nproc N] [--explain [--json FILE] [--svg FILE]] [--version]
-"
+    "[--nproc N] [--explain [--json FILE] [--svg FILE]] [--version]\n"
     "  --config    trainer YAML (e.g. examples/training_demo/train.yaml)\n"
     "  --mode      override activation_checkpoint.mode (budget needs activation_checkpoint.memory_budget)\n"
     "  --compare   train off, full and selective (and budget when the config has a memory_budget) from the same "
