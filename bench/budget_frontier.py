@@ -67,10 +67,7 @@ def qwen3_moe(config_path, seq=None, batch=None):
                f"{train['micro_batch']}, fp32")
 
     def build():
-        torch.manual_seed(train["seed"])
-        model = transformers.Qwen3MoeForCausalLM(hc.qwen3_moe_config(spec))
-        model.train()
-        return model
+        return hc.qwen3_moe_model(spec, train["seed"])
 
     m.build = build
     m.batch = lambda step: hc.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"],

@@ -10,6 +10,7 @@
 #include "plugin/fallback.h"
 #endif
 
+#include <iostream>
 #include <string>
 
 namespace hpac {
@@ -20,6 +21,20 @@ inline std::string versionLine(const std::string& tool) {
 #else
   return tool + " " + HPAC_VERSION;
 #endif
+}
+
+// Every CLI's --help / -h (prints `usage`) and --version (prints versionLine);
+// true when `flag` was one of them and the tool should exit 0.
+inline bool printedHelpOrVersion(const std::string& flag, const std::string& tool, const char* usage) {
+  if (flag == "--help" || flag == "-h") {
+    std::cout << usage << "\n";
+    return true;
+  }
+  if (flag == "--version") {
+    std::cout << versionLine(tool) << "\n";
+    return true;
+  }
+  return false;
 }
 
 }  // namespace hpac

@@ -38,14 +38,7 @@ int main(int argc, char** argv) try {
                                         {"--heads", 4},  {"--experts", 4}, {"--top-k", 2}, {"--seed", 1234}};
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::cout << kUsage << "\n";
-      return 0;
-    }
-    if (flag == "--version") {
-      std::cout << hpac::versionLine("hpac-demo") << "\n";
-      return 0;
-    }
+    if (hpac::printedHelpOrVersion(flag, "hpac-demo", kUsage)) return 0;
     TORCH_CHECK(opt.count(flag), "hpac-demo: unknown flag '", flag, "'\n", kUsage);
     TORCH_CHECK(i + 1 < argc, "hpac-demo: ", flag, " needs a value\n", kUsage);
     opt[flag] = parsePositive(flag, argv[++i]);

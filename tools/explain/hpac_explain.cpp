@@ -57,14 +57,7 @@ int main(int argc, char** argv) try {
   int64_t rows = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::cout << kUsage << "\n";
-      return 0;
-    }
-    if (flag == "--version") {
-      std::cout << hpac::versionLine("hpac-explain") << "\n";
-      return 0;
-    }
+    if (hpac::printedHelpOrVersion(flag, "hpac-explain", kUsage)) return 0;
     if (i + 1 >= argc) return fail("unknown argument or missing value: '" + flag + "'\n" + kUsage);
     const std::string v = argv[++i];
     int64_t n = 0;

@@ -51,14 +51,7 @@ int main(int argc, char** argv) {
       ++i;
       break;
     }
-    if (a == "--help" || a == "-h") {
-      std::cout << kUsage << "\n";
-      return 0;
-    }
-    if (a == "--version") {
-      std::cout << hpac::versionLine("hpac-launch") << "\n";
-      return 0;
-    }
+    if (hpac::printedHelpOrVersion(a, "hpac-launch", kUsage)) return 0;
     if (i + 1 >= argc) usageError(a + " needs a value");
     if (a == "--nproc") {
       nproc = parseInt(a, argv[++i], 1, 64);

@@ -105,11 +105,7 @@ int main(int argc, char** argv) try {
     if (i + 1 < argc && (flag == "--config" || flag == "--mode" || flag == "--steps" || flag == "--registry")) {
       rank_args.push_back(argv[i + 1]);
     }
-    if (flag == "--help" || flag == "-h") {
-      std::cout << kUsage << "\n";
-      return 0;
-    } else if (flag == "--version") {
-      std::cout << hpac::versionLine("hpac-train") << "\n";
+    if (hpac::printedHelpOrVersion(flag, "hpac-train", kUsage)) {
       return 0;
     } else if (flag == "--compare") {
       compare = true;

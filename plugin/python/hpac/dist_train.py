@@ -115,10 +115,7 @@ def main(argv=None):
                    f"{steps} steps; config digest {digest[:16]}; {torch.get_num_threads()} threads per rank")
 
     def build():
-        torch.manual_seed(train["seed"])
-        model = transformers.Qwen3MoeForCausalLM(hc.qwen3_moe_config(spec))
-        model.train()
-        return model
+        return hc.qwen3_moe_model(spec, train["seed"])
 
     hpac.track_memory()
     registry = hf.load_registry()

@@ -33,6 +33,15 @@ def qwen3_moe_config(model_spec, **overrides):
     return cfg
 
 
+def qwen3_moe_model(model_spec, seed):
+    """A transformers Qwen3MoeForCausalLM with random weights drawn after torch.manual_seed(seed), in train mode."""
+    import transformers
+    torch.manual_seed(seed)
+    model = transformers.Qwen3MoeForCausalLM(qwen3_moe_config(model_spec))
+    model.train()
+    return model
+
+
 def token_batch(vocab, batch, seq, seed, step):
     """Each row an arithmetic sequence modulo the vocabulary (as hpac-train), start and stride seeded by seed, step."""
     g = torch.Generator().manual_seed(seed * 1000003 + step)
