@@ -62,7 +62,9 @@ TEST(Explain, RecordsWhatTheFallbackDidOnTheMoeBlockUnderSelective) {
     if (op.phase == Phase::kRecompute && op.decision == "serve") {
       EXPECT_EQ((forward[{op.op, op.occurrence}]), "save") << op.op << " " << op.occurrence;
     }
-    if (op.op == "aten::topk" && op.phase == Phase::kForward) EXPECT_EQ(op.rule, "selective rule 1: recompute table");
+    if (op.op == "aten::topk" && op.phase == Phase::kForward) {
+      EXPECT_EQ(op.rule, "selective rule 1: recompute table");
+    }
   }
 }
 

@@ -63,7 +63,7 @@ if [ "${HPAC_SKIP_SANITIZER:-0}" != 1 ]; then
   echo "[hpac test] sanitizer stage: ASan + UBSan build of every GoogleTest suite in $asan ($(elapsed) so far)"
   CCACHE_NOHASHDIR=1 HPAC_BUILD_DIR=$asan HPAC_BUILD_TARGETS="hpac_tests hpac_trainer_tests hpac_fuzz_tests" \
     "$root/tools/build.sh" --torch pip -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
-    -DHPAC_SANITIZE=ON -DHPAC_WITH_BENCH=OFF
+    -DHPAC_SANITIZE=ON -DHPAC_WITH_BENCH=OFF -DHPAC_WITH_TRAINER=ON  # explicit: a build-asan/ configured earlier keeps its cache
   # halt_on_error keeps CI honest; LeakSanitizer on. See docs/reliability.md for what they report. The suites run at
   # the same time (the core's is the longest, the trainer's and the fuzz suite's together about as long), each into
   # its log; a failing suite's log is printed whole.
