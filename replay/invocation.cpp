@@ -197,9 +197,9 @@ Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& 
       ++stats_.recomputed;
       return Admission{Action::kRecompute, occurrence};
     }
-    const bool saved = storage_.count(Key{opId(op), occurrence}) != 0;
-    if (C10_UNLIKELY(record_ops_)) logOp(phase, op, saved ? "served" : "recomputed");
-    if (saved) return Admission{Action::kServe, occurrence};
+    const auto saved = storage_.find(Key{opId(op), occurrence});
+    if (C10_UNLIKELY(record_ops_)) logOp(phase, op, saved != storage_.end() ? "served" : "recomputed");
+    if (saved != storage_.end()) return Admission{Action::kServe, occurrence, &saved->second};
     ++stats_.recomputed;
     return Admission{Action::kRecompute, occurrence};
   }
@@ -515,9 +515,8 @@ void Invocation::keep(PendingSave pending, const c10::OperatorHandle& op, torch:
 // aliases of what the forward kept, and release the entry.
 void Invocation::serve(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const int64_t occurrence = admission.occurrence;
-  const auto it = storage_.find(Key{opId(op), occurrence});
-  if (C10_UNLIKELY(it == storage_.end())) throwNotInStorage(op, occurrence, id_, occurrences_[0][opId(op)]);
-  Entry& entry = it->second;
+  TORCH_INTERNAL_ASSERT(admission.entry != nullptr, "hpac: serve() without the entry admit() found");
+  Entry& entry = *admission.entry;
   TORCH_CHECK(!entry.served, "hpac: ", opName(op), " occurrence ", occurrence, " of invocation ", id_,
               " was already served: backward ran through this selective checkpoint region an extra time. "
               "Saved outputs are released as they are served; for a second backward use full "

@@ -68,6 +68,8 @@ struct InvocationOptions {
 };
 
 class Invocation {
+  struct Entry;  // a saved op's outputs (below)
+
  public:
   // `policy` may be empty: recompute everything.
   explicit Invocation(const PolicyFactory& policy, InvocationOptions options = {});
@@ -99,7 +101,8 @@ class Invocation {
   };
   struct Admission {
     Action action;
-    int64_t occurrence;  // of this op in this phase (-1 for kIgnore)
+    int64_t occurrence;     // of this op in this phase (-1 for kIgnore)
+    Entry* entry = nullptr;  // kServe: the saved entry admit() found, so serve() looks it up once
   };
 
   // Counts the op in `phase` and says what to do: in the forward the policy
