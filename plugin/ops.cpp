@@ -67,6 +67,9 @@ class InvocationHandle : public torch::CustomClassHolder {
   c10::Dict<std::string, int64_t> stats() const { return toDict(invocation_->stats()); }
   int64_t storedEntries() const { return static_cast<int64_t>(invocation_->storedEntries()); }
   void recordOps(bool on) { invocation_->recordOps(on); }
+  // Whether the forward now running is a budget profile (Python then reports what autograd saves).
+  bool profiling() const { return invocation_->profiling(); }
+  void noteSaved(const at::Tensor& t) { invocation_->noteAutogradSaved(t); }
   std::vector<std::string> opLog() const { return invocation_->opLog(); }
   void explain() {
     TORCH_CHECK(invocation_->stats().ops_forward == 0 && !guard_, "hpac.Invocation.explain: invocation ", id(),
@@ -86,11 +89,22 @@ class InvocationHandle : public torch::CustomClassHolder {
 // calls it serves, so its profile and plan carry over from step to step.
 class BudgetRegionHandle : public torch::CustomClassHolder {
  public:
+  // plan_text given: the region replays that plan (Note [Plan files]); fraction and bytes must then be None.
   BudgetRegionHandle(c10::optional<double> fraction, c10::optional<int64_t> bytes, int64_t profile_invocations,
-                     int64_t max_replans)
-      : region_(std::make_shared<BudgetRegion>(makeBudgetSpec(
-            fraction ? std::optional<double>(*fraction) : std::nullopt,
-            bytes ? std::optional<int64_t>(*bytes) : std::nullopt, profile_invocations, max_replans))) {}
+                     int64_t max_replans, c10::optional<std::string> plan_text, const std::string& plan_source) {
+    if (plan_text) {
+      TORCH_CHECK(!fraction && !bytes, "hpac budget: a plan carries its budget; give either a plan or a fraction / "
+                  "bytes, not both");
+      region_ = BudgetRegion::fromPlanText(*plan_text, plan_source);
+      return;
+    }
+    region_ = std::make_shared<BudgetRegion>(
+        makeBudgetSpec(fraction ? std::optional<double>(*fraction) : std::nullopt,
+                       bytes ? std::optional<int64_t>(*bytes) : std::nullopt, profile_invocations, max_replans));
+  }
+
+  std::string planText() const { return region_->planText(); }
+  std::string planSource() const { return region_->planSource(); }
 
   // A new checkpoint call of this region.
   c10::intrusive_ptr<InvocationHandle> invocation(bool allow_cache_mutation) {
@@ -110,6 +124,7 @@ class BudgetRegionHandle : public torch::CustomClassHolder {
     d.insert("budget_bytes", st.plan.budget_bytes);
     d.insert("kept_bytes", st.plan.kept_bytes);
     d.insert("total_bytes", st.plan.total_bytes);
+    d.insert("off_bytes", st.plan.off_bytes);
     d.insert("groups", st.plan.groups);
     d.insert("kept_groups", st.plan.kept_groups);
     d.insert("planned_ops", static_cast<int64_t>(st.plan.save.size()));
@@ -203,15 +218,20 @@ void registerHpacOps(torch::Library& m) {
       .def("stats", &InvocationHandle::stats)
       .def("stored_entries", &InvocationHandle::storedEntries)
       .def("record_ops", &InvocationHandle::recordOps)
+      .def("profiling", &InvocationHandle::profiling)
+      .def("note_saved", &InvocationHandle::noteSaved)
       .def("op_log", &InvocationHandle::opLog)
       .def("explain", &InvocationHandle::explain);
 
   m.class_<BudgetRegionHandle>("BudgetRegion")
-      .def(torch::init<c10::optional<double>, c10::optional<int64_t>, int64_t, int64_t>())
+      .def(torch::init<c10::optional<double>, c10::optional<int64_t>, int64_t, int64_t, c10::optional<std::string>,
+                       std::string>())
       .def("invocation", &BudgetRegionHandle::invocation)
       .def("stage", &BudgetRegionHandle::stage)
       .def("status", &BudgetRegionHandle::status)
-      .def("micros", &BudgetRegionHandle::micros);
+      .def("micros", &BudgetRegionHandle::micros)
+      .def("plan_text", &BudgetRegionHandle::planText)
+      .def("plan_source", &BudgetRegionHandle::planSource);
 
   m.class_<ExplainHandle>("Explain")
       .def(torch::init<std::string, std::string, std::string>())

@@ -14,13 +14,18 @@
 //   torch.classes.hpac.Invocation(kind: str, save_list: List[str], allow_cache_mutation: bool)
 //       kind: "selective" (built-in policy), "full" (recompute everything), "save_list"
 //       .id() -> int, .enter(phase: "forward"|"recompute"), .exit(completed: bool), .stats() -> Dict[str, int],
-//       .stored_entries() -> int, .record_ops(on: bool), .op_log() -> List[str]
+//       .stored_entries() -> int, .record_ops(on: bool), .op_log() -> List[str],
+//       .profiling() -> bool (this forward is a budget profile), .note_saved(Tensor) (autograd saved it)
 //       ("forward aten::mm saved", "recompute aten::mm served", ...: every op handed to the invocation)
 //   torch.classes.hpac.BudgetRegion(fraction: Optional[float], bytes: Optional[int], profile_invocations: int,
-//                                   max_replans: int)   the budget policy's region (policy/budget_policy.h)
+//                                   max_replans: int, plan_text: Optional[str], plan_source: str)
+//       the budget policy's region (policy/budget_policy.h); with plan_text, one replaying that plan
+//       (Note [Plan files]; fraction and bytes None)
+//       .plan_text() -> str (throws unless planned), .plan_source() -> str ("" unless loaded)
 //       .invocation(allow_cache_mutation: bool) -> Invocation   a checkpoint call planned by this region
 //       .stage() -> str ("profiling", "planned", "fallback (fixed selective policy)"),
-//       .status() -> Dict[str, int] {profiles, replans, profiled_ops, budget_bytes, kept_bytes, total_bytes, groups,
+//       .status() -> Dict[str, int] {profiles, replans, profiled_ops, budget_bytes, kept_bytes, total_bytes, off_bytes,
+//                                    groups,
 //                                    kept_groups, planned_ops, saved_ops},
 //       .micros() -> List[float] [kernel µs the plan saves from the recompute, kernel µs of every profiled op]
 #pragma once

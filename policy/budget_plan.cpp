@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace hpac {
 namespace {
@@ -63,6 +64,18 @@ int64_t totalOutputBytes(const std::vector<ProfiledOp>& ops) {
   int64_t total = 0;
   for (const Group& g : groupsOf(ops)) total += g.bytes;
   return total;
+}
+
+int64_t offKeptBytes(const std::vector<ProfiledOp>& ops, const std::vector<int64_t>& autograd_saved) {
+  std::unordered_set<int64_t> saved(autograd_saved.begin(), autograd_saved.end());
+  int64_t bytes = 0;
+  for (const ProfiledOp& op : ops) {
+    if (op.view) continue;  // a view's storage is its base's: counted with the op that made it, if any
+    for (const auto& [id, size] : op.storages) {
+      if (saved.erase(id) > 0) bytes += size;  // erase: each storage once
+    }
+  }
+  return bytes;
 }
 
 BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes) {

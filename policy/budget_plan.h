@@ -24,6 +24,18 @@
 // Views are left out of the groups and never kept: their outputs hold no
 // bytes of their own, and the invocation would not obey a save of them anyway
 // (Note [Views are recomputed] in replay/invocation.cpp).
+//
+// Note [What off keeps]
+// A budget fraction is of what the region keeps with checkpointing off: the
+// outputs autograd saves for backward (relu's result, the inputs of a matmul
+// that are outputs of earlier ops, ...), not every output (most are freed
+// as soon as the next op has read them). The checkpoint's saved-tensor hook
+// reports each tensor autograd saves during the profile forward
+// (Policy::observeAutogradSaved); offKeptBytes() sums the distinct storages
+// among the region's op outputs that those tensors live in. Tensors that are
+// no op's output (the region's inputs, parameters) are kept in every mode and
+// do not count. 1.0 therefore keeps at most what off keeps; the planner may
+// still keep outputs off would free, when that buys more recompute time.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +65,10 @@ struct BudgetPlan {
   int64_t budget_bytes = 0;
   int64_t kept_bytes = 0;     // distinct storage bytes of what is saved
   int64_t total_bytes = 0;    // distinct storage bytes of every output: the keep-everything point
+  // Distinct storage bytes of the outputs autograd saved in the profile
+  // (Note [What off keeps]); -1 when no saved-tensor hook reported (a region
+  // entered without a checkpoint around it).
+  int64_t off_bytes = -1;
   double saved_micros = 0;    // kernel time the recompute no longer spends
   double total_micros = 0;    // kernel time of every profiled op
   int64_t groups = 0;         // storage groups (Note [Budget as a knapsack])
@@ -66,5 +82,9 @@ BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes);
 
 // The keep-everything point of a profile (distinct storage bytes of all outputs).
 int64_t totalOutputBytes(const std::vector<ProfiledOp>& ops);
+
+// What off keeps of a profile (Note [What off keeps]): the distinct bytes of
+// the storages in `autograd_saved` that some non-view op's outputs hold.
+int64_t offKeptBytes(const std::vector<ProfiledOp>& ops, const std::vector<int64_t>& autograd_saved);
 
 }  // namespace hpac

@@ -6,6 +6,8 @@
 #include <c10/util/Exception.h>
 
 #include <cmath>
+#include <iterator>
+#include <sstream>
 
 namespace hpac {
 
@@ -20,12 +22,18 @@ const char* toString(BudgetRegion::Stage stage) {
 
 namespace {
 
+std::string nameOf(const c10::OperatorName& name) {
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+// An OpId (policy/op_tables.h) is the address of the op's registered name.
+std::string nameOf(const void* id) { return nameOf(*static_cast<const c10::OperatorName*>(id)); }
+
 void checkBudgetValues(bool has_fraction, double fraction, bool has_bytes, int64_t bytes, int64_t profile_invocations,
                        int64_t max_replans) {
   TORCH_CHECK(has_fraction != has_bytes, "hpac budget: give exactly one of a fraction in [0, 1] or a number of bytes",
               " (got ", has_fraction ? "both" : "neither", ")");
   TORCH_CHECK(!has_fraction || (std::isfinite(fraction) && fraction >= 0 && fraction <= 1), "hpac budget: fraction ",
-              fraction, " is outside [0, 1]; 0 recomputes everything (full), 1 keeps every output");
+              fraction, " is outside [0, 1]; 0 recomputes everything (full), 1 keeps as many bytes as checkpointing off keeps");
   TORCH_CHECK(!has_bytes || bytes >= 0, "hpac budget: bytes ", bytes, " is negative; allowed: >= 0");
   TORCH_CHECK(profile_invocations >= 1, "hpac budget: profile_invocations ", profile_invocations,
               " is not allowed; allowed: >= 1");
@@ -64,6 +72,10 @@ class BudgetPolicy final : public Policy {
   bool wantsProfile() const override { return stage_ == BudgetRegion::Stage::kProfiling; }
 
   void observe(const OpContext&, const ProfiledOp& profile) override { profile_.push_back(profile); }
+  void observeAutogradSaved(int64_t storage_id) override {
+    if (storage_id >= 0) autograd_saved_.push_back(storage_id);
+    saw_saved_hook_ = true;
+  }
 
   CheckpointPolicy decide(const OpContext& ctx) override {
     switch (stage_) {
@@ -78,6 +90,7 @@ class BudgetPolicy final : public Policy {
     if (!diverged_ && (i >= keys_->size() || (*keys_)[i].first != opId(ctx.op) ||
                        (*keys_)[i].second != ctx.occurrence)) {
       diverged_ = true;
+      if (!region_->planSource().empty()) throwPlanMismatch(i, ctx);
     }
     if (diverged_) return fixed(ctx);
     return (*save_)[i] ? CheckpointPolicy::MUST_SAVE : CheckpointPolicy::MUST_RECOMPUTE;
@@ -99,20 +112,34 @@ class BudgetPolicy final : public Policy {
   }
 
   void onPhaseBegin(bool is_recompute) override {
-    if (!is_recompute) position_ = 0, diverged_ = false, profile_.clear();
+    if (!is_recompute) position_ = 0, diverged_ = false, profile_.clear(), autograd_saved_.clear(),
+                         saw_saved_hook_ = false;
     if (selective_) selective_->onPhaseBegin(is_recompute);
   }
 
   void onPhaseEnd(bool is_recompute, bool completed) override {
     if (is_recompute) return;
     if (stage_ == BudgetRegion::Stage::kProfiling) {
-      region_->finishProfile(std::move(profile_), completed);
+      std::optional<std::vector<int64_t>> saved;
+      if (saw_saved_hook_) saved = std::move(autograd_saved_);
+      region_->finishProfile(std::move(profile_), std::move(saved), completed);
     } else if (stage_ == BudgetRegion::Stage::kPlanned && completed && (diverged_ || position_ != keys_->size())) {
       region_->planDiverged();
     }
   }
 
  private:
+  // Note [Plan files]: a loaded plan that the region does not follow is the user's error.
+  [[noreturn]] void throwPlanMismatch(size_t i, const OpContext& ctx) const {
+    const std::string got = nameOf(opId(ctx.op)) + " occurrence " + std::to_string(ctx.occurrence);
+    const std::string want = i < keys_->size() ? nameOf((*keys_)[i].first) + " occurrence " +
+                                                     std::to_string((*keys_)[i].second)
+                                               : "the end of the plan (" + std::to_string(keys_->size()) + " ops)";
+    TORCH_CHECK(false, "hpac budget: the plan '", region_->planSource(), "' does not match the region: its op ", i,
+                " is ", want, ", the region's is ", got, ". A plan replays only in the region it was made in, on the "
+                "same shapes; make a new one (hpac.budget(fraction) profiles) or give the matching plan");
+  }
+
   CheckpointPolicy fixed(const OpContext& ctx) {
     if (!selective_) {
       selective_ = std::make_unique<SelectivePolicy>(ResolvedOpTables::global());
@@ -128,6 +155,8 @@ class BudgetPolicy final : public Policy {
   size_t position_ = 0;
   bool diverged_ = false;
   std::vector<ProfiledOp> profile_;
+  std::vector<int64_t> autograd_saved_;  // storage ids (Note [What off keeps])
+  bool saw_saved_hook_ = false;
   std::unique_ptr<SelectivePolicy> selective_;
 };
 
@@ -156,16 +185,21 @@ bool BudgetRegion::planFor(std::shared_ptr<const std::vector<std::pair<const voi
   return stage_ == Stage::kPlanned;
 }
 
-void BudgetRegion::finishProfile(std::vector<ProfiledOp> profile, bool completed) {
+void BudgetRegion::finishProfile(std::vector<ProfiledOp> profile, std::optional<std::vector<int64_t>> autograd_saved,
+                                 bool completed) {
   if (!completed) return;  // a forward that failed half way profiles nothing
   std::lock_guard<std::mutex> lock(mutex_);
   if (stage_ != Stage::kProfiling) return;  // another invocation finished the profile first
   profile_ = std::move(profile);
   if (++profiles_ < spec_.profile_invocations) return;
-  const int64_t total = totalOutputBytes(profile_);
+  // Note [What off keeps]: the fraction's 1.0 is what autograd saved of the region's outputs; without a
+  // saved-tensor hook (a region entered without a checkpoint) it is every output.
+  const int64_t off = autograd_saved ? offKeptBytes(profile_, *autograd_saved) : -1;
+  const int64_t base = off >= 0 ? off : totalOutputBytes(profile_);
   const int64_t budget =
-      spec_.bytes >= 0 ? spec_.bytes : static_cast<int64_t>(std::floor(spec_.fraction * static_cast<double>(total)));
+      spec_.bytes >= 0 ? spec_.bytes : static_cast<int64_t>(std::floor(spec_.fraction * static_cast<double>(base)));
   plan_ = planBudget(profile_, budget);
+  plan_.off_bytes = off;
   auto keys = std::make_shared<std::vector<std::pair<const void*, int64_t>>>();
   keys->reserve(profile_.size());
   for (const ProfiledOp& p : profile_) keys->emplace_back(p.id, p.occurrence);
@@ -179,6 +213,13 @@ void BudgetRegion::planDiverged() {
   if (stage_ != Stage::kPlanned) return;
   keys_.reset();
   save_.reset();
+  if (!plan_source_.empty()) {  // Note [Plan files]: never re-profiled; only a forward shorter than the plan gets here
+    stage_ = Stage::kFallback;
+    TORCH_WARN("hpac budget: a forward of the region ended before the plan '", plan_source_, "' did (",
+               plan_.save.size(), " ops); the plan does not match the region, which keeps the fixed selective "
+               "policy from now on");
+    return;
+  }
   if (replans_ < spec_.max_replans) {
     ++replans_;
     profiles_ = 0;
@@ -189,6 +230,140 @@ void BudgetRegion::planDiverged() {
   TORCH_WARN("hpac budget: the region's op sequence differed from its plan ", replans_ + 1,
              " times (dynamic shapes or data-dependent ops such as MoE routing); it keeps the fixed selective "
              "policy from now on.");
+}
+
+namespace {
+
+constexpr const char* kPlanHeader = "hpac-budget-plan 1";
+
+// "key value" lines of a plan's header, in this order.
+constexpr const char* kPlanKeys[] = {"budget_bytes", "kept_bytes", "total_bytes", "off_bytes",
+                                     "groups",       "kept_groups", "saved_micros", "total_micros"};
+
+class PlanReader {
+ public:
+  PlanReader(const std::string& text, const std::string& source) : in_(text), source_(source) {}
+
+  // The next line that is not blank or a comment; false at the end.
+  bool next(std::string* line) {
+    while (std::getline(in_, *line)) {
+      ++number_;
+      const size_t start = line->find_first_not_of(" \t\r");
+      if (start == std::string::npos || (*line)[start] == '#') continue;
+      return true;
+    }
+    return false;
+  }
+  std::string expect(const std::string& what) {
+    std::string line;
+    TORCH_CHECK(next(&line), "hpac budget: plan '", source_, "' ends after line ", number_, "; expected ", what);
+    return line;
+  }
+  [[noreturn]] void fail(const std::string& line, const std::string& what) const {
+    TORCH_CHECK(false, "hpac budget: plan '", source_, "' line ", number_, ": '", line, "' is not ", what);
+  }
+  template <typename T>
+  T value(const std::string& key) {
+    const std::string line = expect("'" + key + " <number>'");
+    std::istringstream fields(line);
+    std::string k;
+    T v{};
+    std::string rest;
+    if (!(fields >> k >> v) || k != key || (fields >> rest)) fail(line, "'" + key + " <number>'");
+    return v;
+  }
+  const std::string& source() const { return source_; }
+
+ private:
+  std::istringstream in_;
+  const std::string& source_;
+  int64_t number_ = 0;
+};
+
+}  // namespace
+
+std::string BudgetRegion::planText() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TORCH_CHECK(stage_ == Stage::kPlanned, "hpac budget: the region has no plan to save (stage '", toString(stage_),
+              "'); a plan exists after the region's profile, while it is planned");
+  std::ostringstream out;
+  out << "# hpac budget plan (Note [Plan files], policy/budget_policy.h); valid for the region it was made in\n"
+      << kPlanHeader << "\n";
+  const double values[] = {static_cast<double>(plan_.budget_bytes), static_cast<double>(plan_.kept_bytes),
+                           static_cast<double>(plan_.total_bytes),  static_cast<double>(plan_.off_bytes),
+                           static_cast<double>(plan_.groups),       static_cast<double>(plan_.kept_groups),
+                           plan_.saved_micros,                      plan_.total_micros};
+  for (size_t k = 0; k < std::size(kPlanKeys); ++k) {
+    out << kPlanKeys[k] << " ";
+    if (k < 6) out << static_cast<int64_t>(values[k]); else out << values[k];
+    out << "\n";
+  }
+  out << "ops " << profile_.size() << "\n";
+  for (size_t i = 0; i < profile_.size(); ++i) {
+    const ProfiledOp& p = profile_[i];
+    const auto* name = static_cast<const c10::OperatorName*>(p.id);  // OpId: the registered name's address
+    int64_t bytes = 0;
+    for (const auto& [id, size] : p.storages) bytes += size;
+    out << (plan_.save[i] ? "keep" : "recompute") << " " << p.occurrence << " " << name->name << " "
+        << (name->overload_name.empty() ? "-" : name->overload_name) << " " << p.micros << " " << bytes << "\n";
+  }
+  return out.str();
+}
+
+std::shared_ptr<BudgetRegion> BudgetRegion::fromPlanText(const std::string& text, const std::string& source) {
+  PlanReader reader(text, source);
+  const std::string first = reader.expect("'" + std::string(kPlanHeader) + "'");
+  TORCH_CHECK(first == kPlanHeader, "hpac budget: '", source, "' is not an hpac budget plan: its first line is '",
+              first, "'; expected '", kPlanHeader, "' (written by Budget.save_plan / BudgetRegion::planText)");
+  BudgetPlan plan;
+  plan.budget_bytes = reader.value<int64_t>("budget_bytes");
+  plan.kept_bytes = reader.value<int64_t>("kept_bytes");
+  plan.total_bytes = reader.value<int64_t>("total_bytes");
+  plan.off_bytes = reader.value<int64_t>("off_bytes");
+  plan.groups = reader.value<int64_t>("groups");
+  plan.kept_groups = reader.value<int64_t>("kept_groups");
+  plan.saved_micros = reader.value<double>("saved_micros");
+  plan.total_micros = reader.value<double>("total_micros");
+  TORCH_CHECK(plan.budget_bytes >= 0, "hpac budget: plan '", source, "': budget_bytes ", plan.budget_bytes,
+              " is negative; allowed: >= 0");
+  const int64_t count = reader.value<int64_t>("ops");
+  TORCH_CHECK(count >= 0, "hpac budget: plan '", source, "': ops ", count, " is negative");
+
+  auto region = std::make_shared<BudgetRegion>(BudgetSpec{-1, plan.budget_bytes});
+  std::vector<ProfiledOp> profile;
+  auto keys = std::make_shared<std::vector<std::pair<const void*, int64_t>>>();
+  for (int64_t i = 0; i < count; ++i) {
+    const std::string line = reader.expect("op " + std::to_string(i) + " of " + std::to_string(count));
+    std::istringstream fields(line);
+    std::string decision, name, overload, rest;
+    ProfiledOp p;
+    int64_t bytes = 0;
+    if (!(fields >> decision >> p.occurrence >> name >> overload >> p.micros >> bytes) || (fields >> rest) ||
+        (decision != "keep" && decision != "recompute") || p.occurrence < 0 || bytes < 0) {
+      reader.fail(line, "'keep|recompute <occurrence> <ns::op> <overload or -> <micros> <bytes>'");
+    }
+    if (overload == "-") overload.clear();
+    const auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+    TORCH_CHECK(handle.has_value(), "hpac budget: plan '", source, "' op ", i, ": ",
+                overload.empty() ? name : name + "." + overload,
+                " is not registered in this process (a plan replays only where its ops exist)");
+    p.id = opId(*handle);
+    p.op = nameOf(handle->operator_name());
+    p.storages.emplace_back(i, bytes);
+    plan.save.push_back(decision == "keep");
+    keys->emplace_back(p.id, p.occurrence);
+    profile.push_back(std::move(p));
+  }
+  std::string extra;
+  TORCH_CHECK(!reader.next(&extra), "hpac budget: plan '", source, "' has more than its ", count,
+              " ops: '", extra, "'");
+  region->plan_source_ = source.empty() ? "<unnamed plan>" : source;
+  region->profile_ = std::move(profile);
+  region->save_ = std::make_shared<const std::vector<bool>>(plan.save);
+  region->plan_ = std::move(plan);
+  region->keys_ = std::move(keys);
+  region->stage_ = Stage::kPlanned;
+  return region;
 }
 
 PolicyFactory budgetPolicy(BudgetSpec spec) {

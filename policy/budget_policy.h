@@ -32,9 +32,9 @@
 namespace hpac {
 
 struct BudgetSpec {
-  // Exactly one of the two: a fraction in [0, 1] of the region's
-  // keep-everything point (the bytes every counted op's outputs hold; 0 is
-  // `full`, 1 keeps all), or a number of bytes >= 0.
+  // Exactly one of the two: a fraction in [0, 1] of what the region keeps
+  // with checkpointing off (Note [What off keeps] in policy/budget_plan.h; 0 is
+  // `full`, 1 keeps as many bytes as off), or a number of bytes >= 0.
   double fraction = -1;
   int64_t bytes = -1;
   int64_t profile_invocations = 1;  // >= 1
@@ -67,8 +67,34 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
   };
   Status status() const;
 
+  // Note [Plan files]
+  // A plan leaves the process as text and comes back as a region that replays
+  // it from its first call, without a profile:
+  //   hpac-budget-plan 1
+  //   budget_bytes N, kept_bytes N, total_bytes N, off_bytes N, groups N,
+  //   kept_groups N, saved_micros X, total_micros X   (one "key value" per line)
+  //   ops N
+  //   keep|recompute <occurrence> <ns::op> <overload, "-" for none> <µs> <bytes>   (N lines)
+  // Lines starting with '#' are comments. A plan is for the region it was
+  // made in, on the same shapes: a forward whose op sequence differs from a
+  // loaded plan is an error naming the plan and the first differing op (a
+  // loaded plan is never re-profiled silently), and a forward that ends
+  // before the plan does is warned about once and the region keeps the fixed
+  // selective policy.
+  // planText() throws unless the region is planned.
+  std::string planText() const;
+  // `source` names the plan in messages (a file path). Throws c10::Error naming
+  // the source, the line and what is allowed for text that is not a plan, and
+  // for an op that is not registered in this process.
+  static std::shared_ptr<BudgetRegion> fromPlanText(const std::string& text, const std::string& source);
+  // The source a region's plan was loaded from; "" for a profiled region.
+  const std::string& planSource() const { return plan_source_; }
+
   // Internal to the policy objects of this region.
-  void finishProfile(std::vector<ProfiledOp> profile, bool completed);
+  // autograd_saved: storage ids the saved-tensor hook reported (Note [What off
+  // keeps]); nullopt when no hook reported.
+  void finishProfile(std::vector<ProfiledOp> profile, std::optional<std::vector<int64_t>> autograd_saved,
+                     bool completed);
   void planDiverged();
   bool planFor(std::shared_ptr<const std::vector<std::pair<const void*, int64_t>>>* keys,
                std::shared_ptr<const std::vector<bool>>* save, Stage* stage) const;
@@ -83,6 +109,7 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
   BudgetPlan plan_;
   std::shared_ptr<const std::vector<std::pair<const void*, int64_t>>> keys_;  // (op, occurrence) in order
   std::shared_ptr<const std::vector<bool>> save_;
+  std::string plan_source_;  // Note [Plan files]; set before the region is shared, constant after
 };
 
 const char* toString(BudgetRegion::Stage stage);

@@ -87,6 +87,11 @@ class Policy {
   // for snapshots of written arguments). ctx.arguments is empty there.
   virtual bool wantsProfile() const { return false; }
   virtual void observe(const OpContext& ctx, const ProfiledOp& profile) {}
+  // While profiling: autograd saved for backward a tensor held by the storage
+  // that observe() named `storage_id`, or by no op output's storage (-1: an
+  // input, a parameter) (Note [What off keeps] in policy/budget_plan.h).
+  // Called through the checkpoint's saved-tensor hook.
+  virtual void observeAutogradSaved(int64_t storage_id) {}
 };
 
 using PolicyFactory = std::function<std::unique_ptr<Policy>()>;

@@ -75,6 +75,7 @@ class Frame : public std::enable_shared_from_this<Frame> {
   Invocation& invocation() { return invocation_; }
 
   size_t pack(const at::Tensor& t) {
+    invocation_.noteAutogradSaved(t);
     packed_.push_back(PackedMeta{t.sizes().vec(), t.scalar_type(), t.device()});
     return packed_.size() - 1;
   }

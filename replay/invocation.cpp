@@ -287,6 +287,12 @@ void Invocation::observe(const Admission& admission, const c10::OperatorHandle& 
   if (recorder_ != nullptr) recordOp(admission, op, stack, nanos);
 }
 
+void Invocation::noteAutogradSaved(const at::Tensor& t) {
+  if (!profiling_ || phase_ != Phase::kForward) return;
+  // -1: a storage no op output named (an input, a parameter); the policy still learns that a hook reports.
+  policy_->observeAutogradSaved(profile_ids_.find(t));
+}
+
 // What keeping this op's outputs would hold, as keep() would hold it: fresh
 // storages for the snapshots of written arguments (returned aliased), the
 // storages of the other tensor returns (Note [Profile storage ids]).

@@ -119,6 +119,11 @@ class Invocation {
   bool profiling() const { return profiling_; }
   // Before the op, when timing(): the storages of its arguments (explain's byte accounting).
   void observeArguments(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+  // A tensor autograd saves for backward while this forward runs (the
+  // checkpoint's saved-tensor hook calls it). While profiling, tells the policy
+  // which profiled storage holds it (Note [What off keeps], policy/budget_plan.h);
+  // otherwise nothing.
+  void noteAutogradSaved(const at::Tensor& t);
   // After the op (after keep() / serve() for kSave / kServe), with its time.
   void observe(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                int64_t nanos);

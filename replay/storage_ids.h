@@ -31,6 +31,13 @@ class StorageIds {
     if (first != nullptr) *first = is_new;
     return it->second.second;
   }
+  // The id of t's storage if it was named and its holder is alive, else -1;
+  // names nothing.
+  int64_t find(const at::Tensor& t) const {
+    if (!t.defined() || !t.has_storage()) return -1;
+    const auto it = ids_.find(t.storage().unsafeGetStorageImpl());
+    return it == ids_.end() || it->second.first.expired() ? -1 : it->second.second;
+  }
   // An id no storage has: for snapshots (copies keep() would make).
   int64_t fresh() { return next_++; }
   // Forgets the storages (ids keep counting up).

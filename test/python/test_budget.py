@@ -76,14 +76,43 @@ def test_every_budget_matches_no_checkpointing_bit_for_bit(fraction, path):
         st = b.status()
         assert st["stage"] == "planned" and st["profiles"] == 1 and st["replans"] == 0
         assert st["profiled_ops"] == st["planned_ops"] > 0
-        assert st["kept_bytes"] <= st["budget_bytes"] == int(fraction * st["total_bytes"])
+        assert 0 < st["off_bytes"] < st["total_bytes"]  # the saved-tensor hook reported (Note [What off keeps])
+        assert st["kept_bytes"] <= st["budget_bytes"] == int(fraction * st["off_bytes"])
         assert 0 <= st["saved_micros"] <= st["total_micros"]
     if fraction == 0.0:  # only outputs without bytes (scalars) are kept
         assert all(b.status()["kept_bytes"] == 0 for b in budgets)
     if fraction == 1.0:
         assert stats["served"] > 0
-        assert all(b.status()["kept_bytes"] == b.status()["total_bytes"] > 0 for b in budgets)
+        assert all(0 < b.status()["kept_bytes"] <= b.status()["off_bytes"] for b in budgets)
     assert stats["saved"] == sum(b.status()["saved_ops"] for b in budgets)
+
+
+@pytest.mark.parametrize("path", ["checkpoint", "context_fn"] if HAS_CONTEXT_FN else ["checkpoint"])
+def test_one_is_what_checkpointing_off_keeps(path):
+    """Note [What off keeps], counted by hand: relu and tanh save their results (16 x 64 fp32 each); the matmuls
+    save their operands (the region's input, the weights, relu's result); sum saves no tensor."""
+    torch.manual_seed(3)
+    x = torch.randn(16, 32, requires_grad=True)
+    w1 = torch.randn(32, 64, requires_grad=True)
+    w2 = torch.randn(64, 64, requires_grad=True)
+
+    def fn(t):
+        return torch.tanh(torch.relu(t @ w1) @ w2).sum()
+
+    b = hpac.budget(1.0)
+    for _ in range(2):
+        if path == "checkpoint":
+            out = hpac.checkpoint(fn, x, policy=b)
+        else:
+            from torch.utils.checkpoint import checkpoint as torch_checkpoint
+            out = torch_checkpoint(fn, x, use_reentrant=False, context_fn=hpac.context_fn(b))
+        out.backward()
+    activation = 16 * 64 * 4
+    st = b.status()
+    assert st["stage"] == "planned"
+    assert st["off_bytes"] == 2 * activation
+    assert st["total_bytes"] == 4 * activation + 4  # both matmul results, relu, tanh, the sum's scalar
+    assert st["kept_bytes"] <= st["budget_bytes"] == 2 * activation
 
 
 def test_status_before_the_first_call_and_a_budget_in_bytes():
@@ -168,3 +197,46 @@ def test_checkpoint_wrapper_names_what_it_takes():
     with pytest.raises(ValueError, match=r"mode 'budget' is not allowed; allowed: 'full', 'selective', "
                                          r"hpac.budget\(...\)"):
         hpac.checkpoint_wrapper(torch.nn.Linear(2, 2), mode="budget")
+
+
+def test_a_saved_plan_replays_in_a_new_region_without_a_profile(tmp_path):
+    """Note [Plan files]: Budget.save_plan, then hpac.budget(plan=...) replays it from its first call, bit for bit
+    with off; a region it does not match is an error naming the plan; bad plans and arguments are clear errors."""
+    model = _model()
+    torch.manual_seed(5)
+    x0 = torch.randn(2, 16, 32)
+    ref = _step(model, x0, lambda i, block, h: block(h))
+    made = [hpac.budget(0.5), hpac.budget(0.5)]
+    for _ in range(2):  # the profile, then one replay
+        hpac.reset_global_stats()
+        _step(model, x0, lambda i, block, h: hpac.checkpoint(block, h, policy=made[i]))
+    replayed = hpac.global_stats()
+    paths = [tmp_path / f"layer{i}.plan" for i in range(2)]
+    for b, path in zip(made, paths):
+        b.save_plan(path)
+    loaded = [hpac.budget(plan=path) for path in paths]
+    assert all(b.stage == "planned" and b.status()["profiles"] == 0 for b in loaded)
+    assert [b.status()["kept_bytes"] for b in loaded] == [b.status()["kept_bytes"] for b in made]
+    hpac.reset_global_stats()
+    got = _step(model, x0, lambda i, block, h: hpac.checkpoint(block, h, policy=loaded[i]))
+    assert_same(got, ref)
+    stats = hpac.global_stats()
+    assert stats["saved"] == replayed["saved"] > 0 and stats["served"] == replayed["served"]
+    assert f"plan='{paths[0]}'" in repr(loaded[0])
+
+    # The plan of a two-block region does not match one block.
+    pair = hpac.budget(plan=paths[0])
+    with pytest.raises(RuntimeError, match=r"the plan '.*layer0.plan' does not match the region: its op \d+ is "):
+        x = x0.clone().requires_grad_(True)
+        hpac.checkpoint(lambda h: model[1](model[0](h)), x, policy=pair).sum().backward()
+
+    bad = tmp_path / "bad.plan"
+    bad.write_text("hpac-budget-plan 1\nbudget_bytes lots\n")
+    with pytest.raises(RuntimeError, match=r"bad.plan' line 2: 'budget_bytes lots' is not 'budget_bytes <number>'"):
+        hpac.budget(plan=bad)
+    with pytest.raises(FileNotFoundError, match="no-such.plan"):
+        hpac.budget(plan=tmp_path / "no-such.plan")
+    with pytest.raises(ValueError, match="carries its budget; give either plan= or a fraction / bytes"):
+        hpac.budget(0.5, plan=paths[0])
+    with pytest.raises(RuntimeError, match=r"has no plan to save \(stage 'profiling'\)"):
+        hpac.budget(0.5).save_plan(tmp_path / "early.plan")

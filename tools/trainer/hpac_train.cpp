@@ -305,10 +305,10 @@ int main(int argc, char** argv) try {
   for (const PreparedLayer& p : prep.layers) {
     if (!p.setting.budget) continue;
     const hpac::BudgetRegion::Status st = p.setting.budget->status();
-    std::cout << absl::StrFormat("budget %s: %s after %d profiles, %d replans; plan keeps %d of %d bytes (budget %d), "
-                                 "%d of %d ops\n",
+    std::cout << absl::StrFormat("budget %s: %s after %d profiles, %d replans; plan keeps %d bytes (budget %d; off "
+                                 "keeps %d, all outputs %d), %d of %d ops\n",
                                  p.layer.path, hpac::toString(st.stage), st.profiles, st.replans, st.plan.kept_bytes,
-                                 st.plan.total_bytes, st.plan.budget_bytes,
+                                 st.plan.budget_bytes, st.plan.off_bytes, st.plan.total_bytes,
                                  std::count(st.plan.save.begin(), st.plan.save.end(), true), st.plan.save.size());
   }
   return 0;

@@ -161,9 +161,9 @@ class Budget:
     after step; or layers of identical structure), a new one per region otherwise.
     """
 
-    __slots__ = ("_region", "fraction", "bytes")
+    __slots__ = ("_region", "fraction", "bytes", "plan")
 
-    def __init__(self, fraction=None, *, bytes=None, profile_invocations=1, max_replans=2):
+    def __init__(self, fraction=None, *, bytes=None, profile_invocations=1, max_replans=2, plan=None):
         for name, value, kind in (("fraction", fraction, (int, float)), ("bytes", bytes, int),
                                   ("profile_invocations", profile_invocations, int),
                                   ("max_replans", max_replans, int)):
@@ -172,8 +172,25 @@ class Budget:
                                 f"{'a number in [0, 1]' if name == 'fraction' else 'an int'}")
         self.fraction = None if fraction is None else float(fraction)
         self.bytes = bytes
-        # Checked in C++ (policy/budget_policy.h makeBudgetSpec): exactly one of fraction / bytes, ranges.
-        self._region = torch.classes.hpac.BudgetRegion(self.fraction, bytes, profile_invocations, max_replans)
+        self.plan = None if plan is None else os.fspath(plan)
+        text = None
+        if self.plan is not None:
+            if fraction is not None or bytes is not None:
+                raise ValueError(f"hpac.budget: plan={self.plan!r} carries its budget; give either plan= or a "
+                                 "fraction / bytes, not both")
+            with open(self.plan, encoding="utf-8") as f:  # a missing file: FileNotFoundError naming it
+                text = f.read()
+        # Checked in C++ (policy/budget_policy.h makeBudgetSpec, BudgetRegion::fromPlanText): exactly one of
+        # fraction / bytes, ranges; a plan's syntax and ops.
+        self._region = torch.classes.hpac.BudgetRegion(self.fraction, bytes, profile_invocations, max_replans,
+                                                       text, self.plan or "")
+
+    def save_plan(self, path):
+        """Writes the region's plan (after its profile) to `path` (Note [Plan files], policy/budget_policy.h);
+        hpac.budget(plan=path) replays it in the same region, on the same shapes, without profiling."""
+        text = self._region.plan_text()
+        with open(os.fspath(path), "w", encoding="utf-8") as f:
+            f.write(text)
 
     def _invocation(self, allow_cache_mutation):
         return self._region.invocation(bool(allow_cache_mutation))
@@ -184,7 +201,7 @@ class Budget:
         return self._region.stage()
 
     def status(self):
-        """{'stage', 'profiles', 'replans', 'profiled_ops', 'budget_bytes', 'kept_bytes', 'total_bytes', 'groups',
+        """{'stage', 'profiles', 'replans', 'profiled_ops', 'budget_bytes', 'kept_bytes', 'total_bytes', 'off_bytes', 'groups',
         'kept_groups', 'planned_ops', 'saved_ops', 'saved_micros', 'total_micros'}: the plan's fields are those of
         the last plan (zero before the first)."""
         d = dict(self._region.status())
@@ -193,15 +210,18 @@ class Budget:
         return d
 
     def __repr__(self):
-        what = f"fraction={self.fraction}" if self.fraction is not None else f"bytes={self.bytes}"
+        what = (f"plan={self.plan!r}" if self.plan is not None else
+                f"fraction={self.fraction}" if self.fraction is not None else f"bytes={self.bytes}")
         return f"hpac.Budget({what}, stage={self.stage!r})"
 
 
-def budget(fraction=None, *, bytes=None, profile_invocations=1, max_replans=2):
-    """A memory-budget policy: `fraction` in [0, 1] of what the region keeps with checkpointing off (0 = full,
-    1 = keep everything), or `bytes` per call of the region. Returns a Budget (one per region); use it as
-    `policy=` of hpac.checkpoint / hpac.context_fn / hpac.Invocation, or `mode=` of hpac.checkpoint_wrapper."""
-    return Budget(fraction, bytes=bytes, profile_invocations=profile_invocations, max_replans=max_replans)
+def budget(fraction=None, *, bytes=None, profile_invocations=1, max_replans=2, plan=None):
+    """A memory-budget policy: `fraction` in [0, 1] of what the region keeps with checkpointing off (the outputs
+    autograd saves: 0 = full, 1 = as many bytes as off keeps), or `bytes` per call of the region, or `plan`, a
+    file Budget.save_plan wrote (replayed without a profile; a region it does not match is an error). Returns a
+    Budget (one per region); use it as `policy=` of hpac.checkpoint / hpac.context_fn / hpac.Invocation, or
+    `mode=` of hpac.checkpoint_wrapper."""
+    return Budget(fraction, bytes=bytes, profile_invocations=profile_invocations, max_replans=max_replans, plan=plan)
 
 
 def _policy_kind(policy):
@@ -222,21 +242,52 @@ class _Region:
     recompute context again when a graph is backwarded twice (retain_graph); hpac then reports the entries
     already served."""
 
-    __slots__ = ("_invocation", "_phase")
+    __slots__ = ("_invocation", "_phase", "_reporting")
 
     def __init__(self, invocation, phase):
         self._invocation = invocation
         self._phase = phase
+        self._reporting = None
 
     def __enter__(self):
-        self._invocation._handle.enter(self._phase)
+        handle = self._invocation._handle
+        handle.enter(self._phase)
+        if self._phase == "forward" and handle.profiling():
+            self._reporting = _report_saved(self._invocation)
         return self._invocation
 
     def __exit__(self, exc_type, exc, tb):
+        if self._reporting is not None:
+            reporting, self._reporting = self._reporting, None
+            reporting()
         # An exception (torch's early stop of a recompute, an error) ends the phase unfinished: hpac then
         # releases saved outputs the recompute never asked for without warning about them.
         self._invocation._handle.exit(exc_type is None)
         return False
+
+
+_TOP_HOOKS = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)  # torch >= 2.0
+
+
+def _report_saved(invocation):
+    """While a budget profile's forward runs: every tensor autograd saves is reported to hpac (Note [What off
+    keeps], policy/budget_plan.h), then handed to the checkpoint's own pack hook. Returns the function that stops
+    reporting. Where torch can say which hooks are on top (>= 2.0: torch.utils.checkpoint's, or hpac.checkpoint's
+    frame), they are wrapped; on 1.13 hpac.checkpoint's frame reports itself (_Frame.pack)."""
+    handle = invocation._handle
+    if _TOP_HOOKS is None:
+        invocation._note_saved = handle.note_saved
+        return lambda: setattr(invocation, "_note_saved", None)
+    top = _TOP_HOOKS(False)
+    pack, unpack = top if top is not None else (lambda t: t, lambda t: t)
+
+    def report(tensor):
+        handle.note_saved(tensor)
+        return pack(tensor)
+
+    hooks = torch.autograd.graph.saved_tensors_hooks(report, unpack)
+    hooks.__enter__()
+    return lambda: hooks.__exit__(None, None, None)
 
 
 class Invocation:
@@ -246,6 +297,7 @@ class Invocation:
     """
 
     def __init__(self, policy="selective", allow_cache_mutation=False, record_ops=False, explain=False):
+        self._note_saved = None  # set while a budget profile runs on torch 1.13 (_report_saved)
         if isinstance(policy, Budget):
             self._handle = policy._invocation(allow_cache_mutation)
         else:
@@ -323,6 +375,9 @@ class _Frame:
             self.cuda_rng = [torch.cuda.get_rng_state(d) for d in self.devices]
 
     def pack(self, tensor):
+        note = getattr(self.invocation, "_note_saved", None)
+        if note is not None:
+            note(tensor)
         self.meta.append((tensor.shape, tensor.dtype, tensor.device))
         return _Placeholder(self, len(self.meta) - 1)
 
@@ -428,8 +483,9 @@ def explain(fn, *args, policy="selective", modes=EXPLAIN_MODES, loss=None, json_
             rows=0, name=None, **kwargs):
     """Explains one checkpoint region: runs fn(*args, **kwargs) and backward once per mode in `modes` (a subset
     of "off", "full", "selective", in that order of drawing), capturing tensor bytes over each step (the
-    tracking allocator), and records what hpac did with each op of the `policy` run (a policy kind or a save
-    list, as for hpac.checkpoint): decision, the rule behind it, output bytes, measured µs. `loss` maps fn's
+    tracking allocator), and records what hpac did with each op of the `policy` run (a policy kind, a save
+    list or a Budget, as for hpac.checkpoint; a Budget still profiling runs its profile first, so the plan is
+    explained): decision, the rule or plan entry behind it, output bytes, measured µs. `loss` maps fn's
     result to the scalar backward starts from (default: the sum of the result). Writes the JSON and the SVG
     when paths are given. Returns an Explanation. The same C++ renders hpac-explain's output."""
     for m in modes:
@@ -446,7 +502,7 @@ def explain(fn, *args, policy="selective", modes=EXPLAIN_MODES, loss=None, json_
                                  "is not writable; give a path in an existing, writable folder")
     if not torch.is_grad_enabled():
         raise RuntimeError("hpac.explain needs grad mode on (it runs backward)")
-    label = policy if isinstance(policy, str) else "save_list"
+    label = policy if isinstance(policy, str) else "budget" if isinstance(policy, Budget) else "save_list"
     region = name or getattr(fn, "__qualname__", None) or type(fn).__name__
     track_memory()
     handle = torch.classes.hpac.Explain(f"Python {region}", region, label)
@@ -471,6 +527,8 @@ def explain(fn, *args, policy="selective", modes=EXPLAIN_MODES, loss=None, json_
         tensors += list(fn.parameters())
 
     explained_inv = None
+    if isinstance(policy, Budget) and policy.stage == "profiling":
+        step(policy, False, False)  # the budget's profile, so that the explained call replays its plan
     for m in list(modes) + ([] if label in modes else [label]):
         drawn = m in modes
         for t in tensors:  # the previous step's gradients are freed before this step's timeline

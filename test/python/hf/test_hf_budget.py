@@ -61,6 +61,7 @@ def test_budgets_train_the_qwen3_moe_bit_for_bit_with_off():
         if mode == "budget:0":  # only outputs without bytes (scalars) are kept
             assert all(r.status()["kept_bytes"] == 0 for r in regions)
         if mode == "budget:1":
-            assert all(r.status()["kept_bytes"] == r.status()["total_bytes"] for r in regions)
+            assert all(0 < r.status()["kept_bytes"] <= r.status()["budget_bytes"] == r.status()["off_bytes"]
+                       < r.status()["total_bytes"] for r in regions)
             assert sum(s["served"] for s in run.layer_stats[-1]) > 0
     print("\n" + hc.format_table(hc.summary(runs)))
