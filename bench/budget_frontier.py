@@ -43,6 +43,7 @@ from moe_block import Block  # noqa: E402
 from parity import compare  # noqa: E402
 
 FRACTIONS = [round(0.1 * i, 1) for i in range(11)]
+MODELS = ("qwen3_moe", "moe_block", "moe_block_wide")
 DEFAULT_OUT = os.path.join(HERE, "results", "budget_frontier.json")
 TARGET = {"faster_at_selective_memory": 0.15, "less_memory_at_full_time": 0.30}
 
@@ -83,21 +84,22 @@ def qwen3_moe(config_path, seq=None, batch=None):
     return m
 
 
-def moe_block(layers, seq):
+def moe_block(layers, seq, hidden=128, name="moe_block"):
     m = Model()
-    m.name = "moe_block"
-    m.shape = (f"{layers} Qwen3-MoE-style blocks (test/python/moe_block.py), hidden 128, 4 heads, 4 experts top-2, "
-               f"expert width 192, eager attention, seq {seq} x batch 1, fp32")
+    m.name = name
+    heads, inter = max(4, hidden // 64), hidden * 3 // 2
+    m.shape = (f"{layers} Qwen3-MoE-style blocks (test/python/moe_block.py), hidden {hidden}, {heads} heads, "
+               f"4 experts top-2, expert width {inter}, eager attention, seq {seq} x batch 1, fp32")
 
     def build():
         torch.manual_seed(0)
-        model = torch.nn.Sequential(*[Block(hidden=128, heads=4, experts=4, inter=192, top_k=2, dropout=0.0)
+        model = torch.nn.Sequential(*[Block(hidden=hidden, heads=heads, experts=4, inter=inter, top_k=2, dropout=0.0)
                                       for _ in range(layers)])
         model.train()
         return model
 
     torch.manual_seed(1)
-    x0 = torch.randn(1, seq, 128)
+    x0 = torch.randn(1, seq, hidden)
     m.build = build
     m.batch = lambda step: x0
     m.loss = lambda model, x: model(x).pow(2).mean()
@@ -307,7 +309,9 @@ def plot(data, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="qwen3_moe,moe_block", help="comma-separated: qwen3_moe, moe_block")
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
+    ap.add_argument("--wide-hidden", type=int, default=512, help="moe_block_wide's hidden size")
+    ap.add_argument("--wide-seq", type=int, default=1024, help="moe_block_wide's sequence length")
     ap.add_argument("--config", default=os.path.join(ROOT, "examples", "training_demo", "train.yaml"))
     ap.add_argument("--seq", type=int, help="override the config's train.seq_len (qwen3_moe)")
     ap.add_argument("--batch", type=int, help="override the config's train.micro_batch (qwen3_moe)")
@@ -328,9 +332,9 @@ def main():
     if min(a.steps, a.compile_steps, a.block_layers, a.block_seq) < 1:
         ap.error("--steps, --compile-steps, --block-layers and --block-seq must be positive integers")
     names = a.models.split(",")
-    unknown = [n for n in names if n not in ("qwen3_moe", "moe_block")]
+    unknown = [n for n in names if n not in MODELS]
     if unknown:
-        ap.error(f"--models {','.join(unknown)} is not allowed; allowed: qwen3_moe, moe_block")
+        ap.error(f"--models {','.join(unknown)} is not allowed; allowed: {', '.join(MODELS)}")
     with_compile = not a.no_compile and hpac._major_minor(torch.__version__) >= (2, 4)
     compile_budgets = [float(f) for f in a.compile_budgets.split(",")]
     hpac.track_memory()
@@ -347,7 +351,12 @@ def main():
             json.dump(data, f, indent=1)
 
     for name in names:
-        m = qwen3_moe(a.config, a.seq, a.batch) if name == "qwen3_moe" else moe_block(a.block_layers, a.block_seq)
+        if name == "qwen3_moe":
+            m = qwen3_moe(a.config, a.seq, a.batch)
+        elif name == "moe_block":
+            m = moe_block(a.block_layers, a.block_seq)
+        else:  # moe_block_wide: kernels, not Python, set the step time
+            m = moe_block(a.block_layers, a.wide_seq, hidden=a.wide_hidden, name=name)
         rows = eager_rows(m, a.steps, log)
         entry = data["models"][name] = {"shape": m.shape, "rows": rows, "against_target": against_target(rows)}
         save()

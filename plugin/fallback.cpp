@@ -57,7 +57,10 @@ void handle(Invocation& invocation, const Invocation::Admission& admission, cons
     }
     case Invocation::Action::kRun:
       runBelowHpac(op, ks, stack);
-      invocation.afterRun(op, *stack);
+      invocation.afterRun(admission, op, *stack);
+      return;
+    case Invocation::Action::kSkip:
+      invocation.skip(admission, op, stack);  // the kernel does not run (Note [Dead ops are skipped])
       return;
     case Invocation::Action::kIgnore:
     case Invocation::Action::kRecompute:

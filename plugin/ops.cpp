@@ -26,6 +26,7 @@ c10::Dict<std::string, int64_t> toDict(const InvocationStats& s) {
   d.insert("saved_bytes", s.saved_bytes);
   d.insert("served", s.served);
   d.insert("recomputed", s.recomputed);
+  d.insert("skipped", s.skipped);
   d.insert("ignored", s.ignored);
   d.insert("recomputes", s.recomputes);
   d.insert("unserved", s.unserved);
@@ -69,6 +70,8 @@ class InvocationHandle : public torch::CustomClassHolder {
   void recordOps(bool on) { invocation_->recordOps(on); }
   // Whether the forward now running is a budget profile (Python then reports what autograd saves).
   bool profiling() const { return invocation_->profiling(); }
+  // Whether note_saved wants this forward's saved tensors (a budget profile, or a plan that skips ops).
+  bool watchesSaved() const { return invocation_->watchesAutogradSaves(); }
   void noteSaved(const at::Tensor& t) { invocation_->noteAutogradSaved(t); }
   std::vector<std::string> opLog() const { return invocation_->opLog(); }
   void explain() {
@@ -116,8 +119,9 @@ class BudgetRegionHandle : public torch::CustomClassHolder {
   c10::Dict<std::string, int64_t> status() const {
     const BudgetRegion::Status st = region_->status();
     c10::Dict<std::string, int64_t> d;
-    int64_t saved = 0;
+    int64_t saved = 0, skipped = 0;
     for (bool s : st.plan.save) saved += s;
+    for (bool s : st.plan.skip) skipped += s;
     d.insert("profiles", st.profiles);
     d.insert("replans", st.replans);
     d.insert("profiled_ops", static_cast<int64_t>(st.profile.size()));
@@ -129,13 +133,15 @@ class BudgetRegionHandle : public torch::CustomClassHolder {
     d.insert("kept_groups", st.plan.kept_groups);
     d.insert("planned_ops", static_cast<int64_t>(st.plan.save.size()));
     d.insert("saved_ops", saved);
+    d.insert("skipped_ops", skipped);
     return d;
   }
 
-  // [kernel µs the plan's saves avoid recomputing, kernel µs of every profiled op]
+  // [kernel µs the plan's saves avoid recomputing, kernel µs of every profiled op, kernel µs of the ops the
+  // recompute skips]
   std::vector<double> micros() const {
     const BudgetRegion::Status st = region_->status();
-    return {st.plan.saved_micros, st.plan.total_micros};
+    return {st.plan.saved_micros, st.plan.total_micros, st.plan.skipped_micros};
   }
 
  private:
@@ -219,6 +225,7 @@ void registerHpacOps(torch::Library& m) {
       .def("stored_entries", &InvocationHandle::storedEntries)
       .def("record_ops", &InvocationHandle::recordOps)
       .def("profiling", &InvocationHandle::profiling)
+      .def("watches_saved", &InvocationHandle::watchesSaved)
       .def("note_saved", &InvocationHandle::noteSaved)
       .def("op_log", &InvocationHandle::opLog)
       .def("explain", &InvocationHandle::explain);

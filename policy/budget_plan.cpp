@@ -78,56 +78,169 @@ int64_t offKeptBytes(const std::vector<ProfiledOp>& ops, const std::vector<int64
   return bytes;
 }
 
-BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes) {
+std::vector<bool> deadOps(const std::vector<ProfiledOp>& ops, const std::vector<bool>& save,
+                          const std::vector<int64_t>& autograd_saved) {
+  std::unordered_set<int64_t> live(autograd_saved.begin(), autograd_saved.end());
+  std::vector<bool> dead(ops.size(), false);
+  for (size_t i = ops.size(); i-- > 0;) {
+    const ProfiledOp& op = ops[i];
+    live.insert(op.later_reads.begin(), op.later_reads.end());
+    if (save[i]) continue;  // served: its arguments are not read
+    bool needed = !op.skippable && !op.view;
+    for (int64_t w : op.writes) needed = needed || live.count(w) > 0;
+    if (needed) {
+      live.insert(op.reads.begin(), op.reads.end());
+    } else if (!op.view) {
+      dead[i] = true;
+    }
+  }
+  return dead;
+}
+
+namespace {
+
+// Note [Budget as a knapsack]: the groups to keep within `budget` bytes that
+// maximise the summed `value`, by dynamic programming over weights rounded up
+// to units of u bytes; only groups with `eligible` set are considered. Groups
+// without bytes are always kept.
+std::vector<bool> knapsack(const std::vector<Group>& groups, int64_t budget, const std::vector<double>& value,
+                           const std::vector<bool>& eligible) {
+  std::vector<bool> keep(groups.size(), false);
+  const int64_t unit = std::max<int64_t>(1, (budget + kBudgetResolution - 1) / kBudgetResolution);
+  const size_t capacity = static_cast<size_t>(budget / unit);
+  std::vector<double> best(capacity + 1, 0.0);        // best value within c units
+  std::vector<std::vector<bool>> took(groups.size());  // took[g][c]: group g taken at capacity c
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const int64_t w = (groups[g].bytes + unit - 1) / unit;
+    took[g].assign(capacity + 1, false);
+    if (groups[g].bytes == 0) {
+      keep[g] = true;  // free: always kept, outside the table
+      continue;
+    }
+    if (!eligible[g] || static_cast<size_t>(w) > capacity) continue;
+    for (size_t c = capacity; c >= static_cast<size_t>(w); --c) {
+      const double with = best[c - w] + value[g];
+      if (with > best[c]) {
+        best[c] = with;
+        took[g][c] = true;
+      }
+      if (c == 0) break;
+    }
+  }
+  size_t c = capacity;
+  for (size_t g = groups.size(); g-- > 0;) {
+    if (groups[g].bytes == 0 || !took[g][c]) continue;
+    keep[g] = true;
+    c -= static_cast<size_t>((groups[g].bytes + unit - 1) / unit);
+  }
+  return keep;
+}
+
+std::vector<bool> saveOf(const std::vector<Group>& groups, const std::vector<bool>& keep, size_t num_ops) {
+  std::vector<bool> save(num_ops, false);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (keep[g]) {
+      for (size_t i : groups[g].members) save[i] = true;
+    }
+  }
+  return save;
+}
+
+// The kernel time a recompute served `keep` still spends (Note [Dead ops are skipped]).
+double recomputeMicros(const std::vector<ProfiledOp>& ops, const std::vector<Group>& groups,
+                       const std::vector<bool>& keep, const std::vector<int64_t>& autograd_saved) {
+  const std::vector<bool> save = saveOf(groups, keep, ops.size());
+  const std::vector<bool> dead = deadOps(ops, save, autograd_saved);
+  double micros = 0;
+  for (size_t i = 0; i < ops.size(); ++i) micros += save[i] || dead[i] ? 0 : ops[i].micros;
+  return micros;
+}
+
+// Note [Planning with the dataflow]: adds, one at a time, the group that
+// removes the most recompute time per byte, while one fits.
+std::vector<bool> greedy(const std::vector<ProfiledOp>& ops, const std::vector<Group>& groups, int64_t budget,
+                         const std::vector<int64_t>& autograd_saved) {
+  std::vector<bool> keep(groups.size(), false);
+  for (size_t g = 0; g < groups.size(); ++g) keep[g] = groups[g].bytes == 0;
+  int64_t used = 0;
+  double now = recomputeMicros(ops, groups, keep, autograd_saved);
+  while (true) {
+    size_t best = groups.size();
+    double best_ratio = 0, best_micros = now;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (keep[g] || used + groups[g].bytes > budget) continue;
+      keep[g] = true;
+      const double micros = recomputeMicros(ops, groups, keep, autograd_saved);
+      keep[g] = false;
+      const double ratio = (now - micros) / static_cast<double>(groups[g].bytes);
+      if (ratio > best_ratio) best = g, best_ratio = ratio, best_micros = micros;
+    }
+    if (best == groups.size()) return keep;
+    keep[best] = true;
+    used += groups[best].bytes;
+    now = best_micros;
+  }
+}
+
+}  // namespace
+
+BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes,
+                      const std::vector<int64_t>* autograd_saved) {
   const std::vector<Group> groups = groupsOf(ops);
   BudgetPlan plan;
-  plan.save.assign(ops.size(), false);
   plan.budget_bytes = std::max<int64_t>(budget_bytes, 0);
   plan.groups = static_cast<int64_t>(groups.size());
-  for (const Group& g : groups) {
-    plan.total_bytes += g.bytes;
-    plan.total_micros += g.micros;
+  std::vector<double> micros(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    plan.total_bytes += groups[g].bytes;
+    plan.total_micros += groups[g].micros;
+    micros[g] = groups[g].micros;
   }
 
-  std::vector<bool> keep(groups.size(), false);
-  if (plan.budget_bytes >= plan.total_bytes) {
-    keep.assign(groups.size(), true);
-  } else {
-    // Note [Budget as a knapsack]: weights rounded up to units of u bytes.
-    const int64_t unit = std::max<int64_t>(1, (plan.budget_bytes + kBudgetResolution - 1) / kBudgetResolution);
-    const size_t capacity = static_cast<size_t>(plan.budget_bytes / unit);
-    std::vector<double> best(capacity + 1, 0.0);              // best value within c units
-    std::vector<std::vector<bool>> took(groups.size());        // took[g][c]: group g taken at capacity c
-    for (size_t g = 0; g < groups.size(); ++g) {
-      const int64_t w = (groups[g].bytes + unit - 1) / unit;
-      took[g].assign(capacity + 1, false);
-      if (groups[g].bytes == 0) {
-        keep[g] = true;  // free: always kept, outside the table
-        continue;
-      }
-      if (static_cast<size_t>(w) > capacity) continue;
-      for (size_t c = capacity; c >= static_cast<size_t>(w); --c) {
-        const double with = best[c - w] + groups[g].micros;
-        if (with > best[c]) {
-          best[c] = with;
-          took[g][c] = true;
+  std::vector<bool> keep(groups.size(), true);
+  if (plan.budget_bytes < plan.total_bytes) {
+    keep = knapsack(groups, plan.budget_bytes, micros, std::vector<bool>(groups.size(), true));
+    if (autograd_saved != nullptr) {
+      // Note [Planning with the dataflow]
+      // The knapsack counts only the kernels of what it keeps; with skipping
+      // (Note [Dead ops are skipped]) keeping what autograd saved also spares
+      // the ops that only feed it, which the knapsack cannot see. So three
+      // plans compete, judged by the kernel time their recompute really
+      // spends: the knapsack over every group, the knapsack over the groups
+      // holding what autograd saved, and a greedy that keeps adding the group
+      // removing the most recompute time per byte. The best is kept (ties:
+      // fewer bytes). Each fits the budget; none is proven optimal for the
+      // dataflow objective — the knapsack's bound holds for its own objective.
+      std::unordered_set<int64_t> saved(autograd_saved->begin(), autograd_saved->end());
+      std::vector<bool> holds_saved(groups.size(), false);
+      for (size_t g = 0; g < groups.size(); ++g) {
+        for (size_t i : groups[g].members) {
+          for (const auto& [id, bytes] : ops[i].storages) holds_saved[g] = holds_saved[g] || saved.count(id) > 0;
         }
-        if (c == 0) break;
       }
-    }
-    size_t c = capacity;
-    for (size_t g = groups.size(); g-- > 0;) {
-      if (groups[g].bytes == 0 || !took[g][c]) continue;
-      keep[g] = true;
-      c -= static_cast<size_t>((groups[g].bytes + unit - 1) / unit);
+      auto bytesOf = [&](const std::vector<bool>& k) {
+        int64_t b = 0;
+        for (size_t g = 0; g < groups.size(); ++g) b += k[g] ? groups[g].bytes : 0;
+        return b;
+      };
+      double best = recomputeMicros(ops, groups, keep, *autograd_saved);
+      for (std::vector<bool> other : {knapsack(groups, plan.budget_bytes, micros, holds_saved),
+                                      greedy(ops, groups, plan.budget_bytes, *autograd_saved)}) {
+        const double t = recomputeMicros(ops, groups, other, *autograd_saved);
+        if (t < best || (t == best && bytesOf(other) < bytesOf(keep))) best = t, keep = std::move(other);
+      }
     }
   }
+  plan.save = saveOf(groups, keep, ops.size());
   for (size_t g = 0; g < groups.size(); ++g) {
     if (!keep[g]) continue;
     ++plan.kept_groups;
     plan.kept_bytes += groups[g].bytes;
     plan.saved_micros += groups[g].micros;
-    for (size_t i : groups[g].members) plan.save[i] = true;
+  }
+  if (autograd_saved != nullptr) {
+    plan.skip = deadOps(ops, plan.save, *autograd_saved);
+    for (size_t i = 0; i < ops.size(); ++i) plan.skipped_micros += plan.skip[i] ? ops[i].micros : 0;
   }
   return plan;
 }

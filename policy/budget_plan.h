@@ -58,10 +58,24 @@ struct ProfiledOp {
   // served view breaks autograd's view tracking on torch 2.x (Note [Views are
   // recomputed]).
   bool view = false;
+  // Dataflow, for Note [Dead ops are skipped]: the storage ids of its tensor
+  // arguments, of the storages its tensor returns live in (an in-place
+  // result: its argument's), and those read by ignored ops (not counted, so
+  // not profiled) that ran after it and before the next counted op.
+  std::vector<int64_t> reads;
+  std::vector<int64_t> writes;
+  std::vector<int64_t> later_reads;
+  // A kernel whose only effect is its returns (aten, not mutable, not seeded
+  // random, every return a fresh dense tensor): the recompute may skip it.
+  bool skippable = false;
 };
 
 struct BudgetPlan {
   std::vector<bool> save;     // per profiled op, in profile order
+  // Per profiled op: not saved, and nothing the backward needs depends on it
+  // (Note [Dead ops are skipped]); empty when the profile did not say what
+  // autograd saves.
+  std::vector<bool> skip;
   int64_t budget_bytes = 0;
   int64_t kept_bytes = 0;     // distinct storage bytes of what is saved
   int64_t total_bytes = 0;    // distinct storage bytes of every output: the keep-everything point
@@ -69,7 +83,8 @@ struct BudgetPlan {
   // (Note [What off keeps]); -1 when no saved-tensor hook reported (a region
   // entered without a checkpoint around it).
   int64_t off_bytes = -1;
-  double saved_micros = 0;    // kernel time the recompute no longer spends
+  double saved_micros = 0;    // kernel time the recompute no longer spends: saved ops
+  double skipped_micros = 0;  // and skipped ops (Note [Dead ops are skipped])
   double total_micros = 0;    // kernel time of every profiled op
   int64_t groups = 0;         // storage groups (Note [Budget as a knapsack])
   int64_t kept_groups = 0;
@@ -77,8 +92,31 @@ struct BudgetPlan {
 
 constexpr int64_t kBudgetResolution = 4096;
 
-// The plan for a budget in bytes (>= 0; more than total_bytes keeps everything).
-BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes);
+// Note [Dead ops are skipped]
+// The recompute exists to give backward the tensors autograd saved. Given the
+// outputs a plan keeps, an op that is not kept is needed only if a storage
+// autograd saved, or a needed op's argument, lives in what it returns; ops
+// with other effects (in-place writes, random numbers, values read back by
+// Python such as item(), collectives, any op not skippable) are always
+// needed, and so are the arguments of the ignored ops (copy_, detach) that
+// ran between counted ops. One backward pass over the profile finds the
+// needed set; every other op is skipped in the recompute: the invocation
+// hands back uninitialised tensors of the forward's sizes and strides instead
+// of running the kernel (Invocation, Action::kSkip). Nothing the backward
+// reads comes from a skipped op, by construction; the recompute still runs
+// the same op sequence, so the replay checks hold. Views are never skipped
+// (they run no kernel) but pass need on to their base only when needed.
+//
+// The plan for a budget in bytes (>= 0; more than total_bytes keeps
+// everything). With autograd_saved (Note [What off keeps]) it also marks the
+// ops the recompute skips.
+BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes,
+                      const std::vector<int64_t>* autograd_saved = nullptr);
+
+// Note [Dead ops are skipped]: which ops a recompute that is served `save`
+// need not run.
+std::vector<bool> deadOps(const std::vector<ProfiledOp>& ops, const std::vector<bool>& save,
+                          const std::vector<int64_t>& autograd_saved);
 
 // The keep-everything point of a profile (distinct storage bytes of all outputs).
 int64_t totalOutputBytes(const std::vector<ProfiledOp>& ops);

@@ -5,6 +5,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <sstream>
@@ -65,8 +66,8 @@ namespace {
 class BudgetPolicy final : public Policy {
  public:
   explicit BudgetPolicy(std::shared_ptr<BudgetRegion> region) : region_(std::move(region)) {
-    region_->planFor(&keys_, &save_, &stage_);
-    if (stage_ != BudgetRegion::Stage::kPlanned) keys_.reset(), save_.reset();
+    region_->planFor(&keys_, &save_, &skip_, &stage_);
+    if (stage_ != BudgetRegion::Stage::kPlanned) keys_.reset(), save_.reset(), skip_.reset();
   }
 
   bool wantsProfile() const override { return stage_ == BudgetRegion::Stage::kProfiling; }
@@ -96,6 +97,17 @@ class BudgetPolicy final : public Policy {
     return (*save_)[i] ? CheckpointPolicy::MUST_SAVE : CheckpointPolicy::MUST_RECOMPUTE;
   }
 
+  bool maySkipInRecompute() const override {
+    return stage_ == BudgetRegion::Stage::kPlanned && skip_ &&
+           std::find(skip_->begin(), skip_->end(), true) != skip_->end();
+  }
+
+  // Note [Dead ops are skipped]: the plan marks the last decided op as one the recompute need not run.
+  bool skipInRecompute() const override {
+    if (stage_ != BudgetRegion::Stage::kPlanned || diverged_ || !skip_ || position_ == 0) return false;
+    return position_ - 1 < skip_->size() && (*skip_)[position_ - 1];
+  }
+
   // The plan entry behind the last decide() (explain, replay/explain.h).
   std::string reason() const override {
     switch (stage_) {
@@ -108,7 +120,8 @@ class BudgetPolicy final : public Policy {
       return "budget plan diverged (op sequence differs from the plan), " + selective_->reason();
     }
     return "budget plan entry " + std::to_string(i) + " of " + std::to_string(keys_->size()) + ": " +
-           ((*save_)[i] ? "keep" : "recompute");
+           ((*save_)[i] ? "keep" : skipInRecompute() ? "recompute; skipped in the recompute (nothing backward needs "
+                                                       "depends on it)" : "recompute");
   }
 
   void onPhaseBegin(bool is_recompute) override {
@@ -152,6 +165,7 @@ class BudgetPolicy final : public Policy {
   BudgetRegion::Stage stage_;
   std::shared_ptr<const std::vector<std::pair<const void*, int64_t>>> keys_;
   std::shared_ptr<const std::vector<bool>> save_;
+  std::shared_ptr<const std::vector<bool>> skip_;
   size_t position_ = 0;
   bool diverged_ = false;
   std::vector<ProfiledOp> profile_;
@@ -177,10 +191,12 @@ BudgetRegion::Status BudgetRegion::status() const {
 }
 
 bool BudgetRegion::planFor(std::shared_ptr<const std::vector<std::pair<const void*, int64_t>>>* keys,
-                           std::shared_ptr<const std::vector<bool>>* save, Stage* stage) const {
+                           std::shared_ptr<const std::vector<bool>>* save,
+                           std::shared_ptr<const std::vector<bool>>* skip, Stage* stage) const {
   std::lock_guard<std::mutex> lock(mutex_);
   *keys = keys_;
   *save = save_;
+  *skip = skip_;
   *stage = stage_;
   return stage_ == Stage::kPlanned;
 }
@@ -198,13 +214,14 @@ void BudgetRegion::finishProfile(std::vector<ProfiledOp> profile, std::optional<
   const int64_t base = off >= 0 ? off : totalOutputBytes(profile_);
   const int64_t budget =
       spec_.bytes >= 0 ? spec_.bytes : static_cast<int64_t>(std::floor(spec_.fraction * static_cast<double>(base)));
-  plan_ = planBudget(profile_, budget);
+  plan_ = planBudget(profile_, budget, autograd_saved ? &*autograd_saved : nullptr);
   plan_.off_bytes = off;
   auto keys = std::make_shared<std::vector<std::pair<const void*, int64_t>>>();
   keys->reserve(profile_.size());
   for (const ProfiledOp& p : profile_) keys->emplace_back(p.id, p.occurrence);
   keys_ = std::move(keys);
   save_ = std::make_shared<const std::vector<bool>>(plan_.save);
+  skip_ = std::make_shared<const std::vector<bool>>(plan_.skip);
   stage_ = Stage::kPlanned;
 }
 
@@ -213,6 +230,7 @@ void BudgetRegion::planDiverged() {
   if (stage_ != Stage::kPlanned) return;
   keys_.reset();
   save_.reset();
+  skip_.reset();
   if (!plan_source_.empty()) {  // Note [Plan files]: never re-profiled; only a forward shorter than the plan gets here
     stage_ = Stage::kFallback;
     TORCH_WARN("hpac budget: a forward of the region ended before the plan '", plan_source_, "' did (",
@@ -304,7 +322,8 @@ std::string BudgetRegion::planText() const {
     const auto* name = static_cast<const c10::OperatorName*>(p.id);  // OpId: the registered name's address
     int64_t bytes = 0;
     for (const auto& [id, size] : p.storages) bytes += size;
-    out << (plan_.save[i] ? "keep" : "recompute") << " " << p.occurrence << " " << name->name << " "
+    const bool skip = i < plan_.skip.size() && plan_.skip[i];
+    out << (plan_.save[i] ? "keep" : skip ? "skip" : "recompute") << " " << p.occurrence << " " << name->name << " "
         << (name->overload_name.empty() ? "-" : name->overload_name) << " " << p.micros << " " << bytes << "\n";
   }
   return out.str();
@@ -339,8 +358,8 @@ std::shared_ptr<BudgetRegion> BudgetRegion::fromPlanText(const std::string& text
     ProfiledOp p;
     int64_t bytes = 0;
     if (!(fields >> decision >> p.occurrence >> name >> overload >> p.micros >> bytes) || (fields >> rest) ||
-        (decision != "keep" && decision != "recompute") || p.occurrence < 0 || bytes < 0) {
-      reader.fail(line, "'keep|recompute <occurrence> <ns::op> <overload or -> <micros> <bytes>'");
+        (decision != "keep" && decision != "recompute" && decision != "skip") || p.occurrence < 0 || bytes < 0) {
+      reader.fail(line, "'keep|recompute|skip <occurrence> <ns::op> <overload or -> <micros> <bytes>'");
     }
     if (overload == "-") overload.clear();
     const auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
@@ -351,6 +370,7 @@ std::shared_ptr<BudgetRegion> BudgetRegion::fromPlanText(const std::string& text
     p.op = nameOf(handle->operator_name());
     p.storages.emplace_back(i, bytes);
     plan.save.push_back(decision == "keep");
+    plan.skip.push_back(decision == "skip");
     keys->emplace_back(p.id, p.occurrence);
     profile.push_back(std::move(p));
   }
@@ -360,6 +380,7 @@ std::shared_ptr<BudgetRegion> BudgetRegion::fromPlanText(const std::string& text
   region->plan_source_ = source.empty() ? "<unnamed plan>" : source;
   region->profile_ = std::move(profile);
   region->save_ = std::make_shared<const std::vector<bool>>(plan.save);
+  region->skip_ = std::make_shared<const std::vector<bool>>(plan.skip);
   region->plan_ = std::move(plan);
   region->keys_ = std::move(keys);
   region->stage_ = Stage::kPlanned;

@@ -74,7 +74,8 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
   //   budget_bytes N, kept_bytes N, total_bytes N, off_bytes N, groups N,
   //   kept_groups N, saved_micros X, total_micros X   (one "key value" per line)
   //   ops N
-  //   keep|recompute <occurrence> <ns::op> <overload, "-" for none> <µs> <bytes>   (N lines)
+  //   keep|recompute|skip <occurrence> <ns::op> <overload, "-" for none> <µs> <bytes>   (N lines;
+  //   skip: recomputed in the forward's plan, skipped in the recompute, Note [Dead ops are skipped])
   // Lines starting with '#' are comments. A plan is for the region it was
   // made in, on the same shapes: a forward whose op sequence differs from a
   // loaded plan is an error naming the plan and the first differing op (a
@@ -97,7 +98,8 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
                      bool completed);
   void planDiverged();
   bool planFor(std::shared_ptr<const std::vector<std::pair<const void*, int64_t>>>* keys,
-               std::shared_ptr<const std::vector<bool>>* save, Stage* stage) const;
+               std::shared_ptr<const std::vector<bool>>* save, std::shared_ptr<const std::vector<bool>>* skip,
+               Stage* stage) const;
 
  private:
   const BudgetSpec spec_;
@@ -109,6 +111,7 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
   BudgetPlan plan_;
   std::shared_ptr<const std::vector<std::pair<const void*, int64_t>>> keys_;  // (op, occurrence) in order
   std::shared_ptr<const std::vector<bool>> save_;
+  std::shared_ptr<const std::vector<bool>> skip_;  // Note [Dead ops are skipped]; empty: none
   std::string plan_source_;  // Note [Plan files]; set before the region is shared, constant after
 };
 

@@ -92,6 +92,15 @@ class Policy {
   // input, a parameter) (Note [What off keeps] in policy/budget_plan.h).
   // Called through the checkpoint's saved-tensor hook.
   virtual void observeAutogradSaved(int64_t storage_id) {}
+  // Asked right after a forward decide() that answered recompute: whether the
+  // recompute may skip this op's kernel because nothing backward needs
+  // depends on it (Note [Dead ops are skipped], policy/budget_plan.h). The
+  // invocation records the answer with the op's output shapes and skips only
+  // ops whose schema allows it.
+  virtual bool skipInRecompute() const { return false; }
+  // Whether this forward may answer skipInRecompute() true at all (then the
+  // invocation watches what autograd saves, Note [Skips are verified]).
+  virtual bool maySkipInRecompute() const { return false; }
 };
 
 using PolicyFactory = std::function<std::unique_ptr<Policy>()>;

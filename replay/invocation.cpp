@@ -4,6 +4,7 @@
 #include "replay/dispatch_key.h"
 #include "replay/explain.h"
 
+#include <ATen/ops/empty_strided.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/macros/Macros.h>
 #include <c10/util/Exception.h>
@@ -121,6 +122,7 @@ static void addScaled(InvocationStats& a, const InvocationStats& b, int64_t k) {
   a.saved_bytes += k * b.saved_bytes;
   a.served += k * b.served;
   a.recomputed += k * b.recomputed;
+  a.skipped += k * b.skipped;
   a.ignored += k * b.ignored;
   a.recomputes += k * b.recomputes;
   a.unserved += k * b.unserved;
@@ -157,6 +159,9 @@ void Invocation::beginPhase(Phase phase) {
   phase_ = phase;
   profiling_ = phase == Phase::kForward && policy_->wantsProfile();
   profile_ids_.clear();
+  last_profiled_.reset();
+  last_profiled_op_.reset();
+  pending_reads_.clear();
   occurrences_[static_cast<int>(phase)].clear();
   if (phase == Phase::kRecompute) ++stats_.recomputes;
   policy_->onPhaseBegin(phase == Phase::kRecompute);
@@ -164,6 +169,13 @@ void Invocation::beginPhase(Phase phase) {
 
 void Invocation::endPhase(bool completed) {
   if (phase_ == Phase::kRecompute) releaseUnserved(completed);
+  if (profiling_) flushProfiled();
+  if (phase_ == Phase::kForward) {  // Note [Skips are verified]
+    if (skips_void_ || !completed) skipped_.clear();
+    skip_storages_.clear();
+    skip_holds_.clear();
+    skips_void_ = false;
+  }
   policy_->onPhaseEnd(phase_ == Phase::kRecompute, completed);
   profile_ids_.clear();
   InvocationStats delta = stats_;
@@ -179,6 +191,9 @@ Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& 
     copyOnWrite(op.schema(), stack);
   }
   if (tables_.isIgnored(op)) {
+    if (C10_UNLIKELY(!skip_storages_.empty()) && phase == Phase::kForward && readsValues(op)) {
+      checkSkipReads(stack, op.schema().arguments().size());
+    }
     ++stats_.ignored;
     if (C10_UNLIKELY(record_ops_)) logOp(phase, op, "ignored");
     return Admission{Action::kIgnore, -1};
@@ -198,8 +213,19 @@ Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& 
       return Admission{Action::kRecompute, occurrence};
     }
     const auto saved = storage_.find(Key{opId(op), occurrence});
-    if (C10_UNLIKELY(record_ops_)) logOp(phase, op, saved != storage_.end() ? "served" : "recomputed");
-    if (saved != storage_.end()) return Admission{Action::kServe, occurrence, &saved->second};
+    if (saved != storage_.end()) {
+      if (C10_UNLIKELY(record_ops_)) logOp(phase, op, "served");
+      return Admission{Action::kServe, occurrence, &saved->second};
+    }
+    if (!skipped_.empty()) {
+      const auto dead = skipped_.find(Key{opId(op), occurrence});
+      if (dead != skipped_.end()) {
+        if (C10_UNLIKELY(record_ops_)) logOp(phase, op, "skipped");
+        ++stats_.skipped;
+        return Admission{Action::kSkip, occurrence, nullptr, &dead->second};
+      }
+    }
+    if (C10_UNLIKELY(record_ops_)) logOp(phase, op, "recomputed");
     ++stats_.recomputed;
     return Admission{Action::kRecompute, occurrence};
   }
@@ -211,7 +237,12 @@ Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& 
   const bool save_op = isSave(last_answer_) && !returnsAlias(op);
   if (C10_UNLIKELY(record_ops_)) logOp(phase, op, save_op ? "saved" : "run");
   ++stats_.ops_forward;
-  return Admission{save_op ? Action::kSave : Action::kRun, occurrence};
+  Admission admission{save_op ? Action::kSave : Action::kRun, occurrence};
+  admission.remember_skip = !save_op && !isSave(last_answer_) && policy_->skipInRecompute();
+  if (C10_UNLIKELY(!skip_storages_.empty()) && !save_op && !admission.remember_skip && !returnsAlias(op)) {
+    checkSkipReads(stack, num_args);  // an op the recompute runs
+  }
+  return admission;
 }
 
 // Note [Views are recomputed]
@@ -284,11 +315,19 @@ void Invocation::releaseUnserved(bool completed) {
 void Invocation::observe(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                          int64_t nanos) {
   if (profiling_ && admission.action == Action::kRun) profileOp(admission, op, stack, nanos);
+  if (profiling_ && admission.action == Action::kIgnore && last_profiled_ && readsValues(op)) {  // Note [Dead ops are skipped]
+    last_profiled_->later_reads.insert(last_profiled_->later_reads.end(), pending_reads_.begin(), pending_reads_.end());
+  }
   if (recorder_ != nullptr) recordOp(admission, op, stack, nanos);
 }
 
 void Invocation::noteAutogradSaved(const at::Tensor& t) {
-  if (!profiling_ || phase_ != Phase::kForward) return;
+  if (phase_ != Phase::kForward) return;
+  if (!skip_storages_.empty() && t.defined() && t.has_storage() &&
+      skip_storages_.count(t.storage().unsafeGetStorageImpl()) > 0) {
+    skips_void_ = true;  // Note [Skips are verified]
+  }
+  if (!profiling_) return;
   // -1: a storage no op output named (an input, a parameter); the policy still learns that a hook reports.
   policy_->observeAutogradSaved(profile_ids_.find(t));
 }
@@ -319,8 +358,29 @@ void Invocation::profileOp(const Admission& admission, const c10::OperatorHandle
       profile.storages.emplace_back(profile_ids_.of(t), static_cast<int64_t>(t.storage().nbytes()));
     });
   }
-  const OpContext ctx{false, id_, op, admission.occurrence, {}};
-  policy_->observe(ctx, profile);
+  // Dataflow (Note [Dead ops are skipped]): what it read, the storages its returns live in.
+  profile.reads = std::move(pending_reads_);
+  pending_reads_.clear();
+  for (size_t j = 0; j < num_returns; ++j) {
+    forEachTensor(stack[stack.size() - num_returns + j], [&](const at::Tensor& t) {
+      if (t.defined() && t.has_storage()) profile.writes.push_back(profile_ids_.of(t));
+    });
+  }
+  profile.skippable = skippable(op, stack);
+  flushProfiled();
+  last_profiled_ = std::make_unique<ProfiledOp>(std::move(profile));
+  last_profiled_op_ = op;
+}
+
+// The profile reaches the policy one op late, so that the reads of ignored ops
+// after it can be added (ProfiledOp::later_reads).
+void Invocation::flushProfiled() {
+  if (!last_profiled_) return;
+  const ProfiledOp profile = std::move(*last_profiled_);
+  const c10::OperatorHandle op = *last_profiled_op_;
+  last_profiled_.reset();
+  last_profiled_op_.reset();
+  policy_->observe(OpContext{false, id_, op, profile.occurrence, {}}, profile);
 }
 
 // Note [Explain's byte accounting]
@@ -332,8 +392,17 @@ void Invocation::profileOp(const Admission& admission, const c10::OperatorHandle
 // already keep: the storages of its returns not kept yet, and the snapshot of
 // each tensor it wrote (an in-place or out= result, copied by keep()).
 void Invocation::observeArguments(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
-  if (recorder_ == nullptr || phase_ != Phase::kForward) return;
+  if (phase_ != Phase::kForward) return;
   const size_t num_args = op.schema().arguments().size();
+  if (profiling_) {  // Note [Dead ops are skipped]: the op's reads
+    pending_reads_.clear();
+    for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
+      forEachTensor(stack[i], [&](const at::Tensor& t) {
+        if (t.defined() && t.has_storage()) pending_reads_.push_back(profile_ids_.of(t));
+      });
+    }
+  }
+  if (recorder_ == nullptr) return;
   for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
     forEachTensor(stack[i], [&](const at::Tensor& t) {
       if (t.defined() && t.has_storage()) recorder_->seen_.of(t);
@@ -356,6 +425,7 @@ void Invocation::recordOp(const Admission& admission, const c10::OperatorHandle&
     case Action::kSave: row.decision = "save"; break;
     case Action::kServe: row.decision = "serve"; break;
     case Action::kRecompute: row.decision = "recompute"; break;
+    case Action::kSkip: row.decision = "skip"; break;
   }
   if (phase_ == Phase::kForward && admission.action != Action::kIgnore) {
     row.answer = toString(last_answer_);
@@ -392,10 +462,87 @@ void Invocation::recordOp(const Admission& admission, const c10::OperatorHandle&
   r.ops_.push_back(std::move(row));
 }
 
-void Invocation::afterRun(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+void Invocation::afterRun(const Admission& admission, const c10::OperatorHandle& op,
+                          const torch::jit::Stack& stack) {
   if (!cached_storage_.empty() && tables_.isUnsafeAlias(op)) {
     watchUnsafeAliases(stack, op.schema().returns().size());
   }
+  if (C10_UNLIKELY(admission.remember_skip) && skippable(op, stack)) {
+    const size_t num_returns = op.schema().returns().size();
+    SkippedReturns r;
+    for (size_t j = stack.size() - num_returns; j < stack.size(); ++j) {
+      const at::Tensor& t = stack[j].toTensor();
+      r.shapes.emplace_back(t.sizes().vec(), t.strides().vec());
+      r.options.push_back(t.options());
+    }
+    skipped_.insert_or_assign(Key{opId(op), admission.occurrence}, std::move(r));
+    for (size_t j = stack.size() - num_returns; j < stack.size(); ++j) {
+      const c10::Storage& storage = stack[j].toTensor().storage();
+      if (skip_storages_.insert(storage.unsafeGetStorageImpl()).second) {
+        skip_holds_.emplace_back(storage.getWeakStorageImpl());
+      }
+    }
+  }
+}
+
+// Whether an ignored op reads its arguments' values: not views (aten::view,
+// detach) nor empty_like, which read only sizes (Note [Dead ops are skipped]).
+bool Invocation::readsValues(const c10::OperatorHandle& op) const {
+  return !returnsAlias(op) && op.operator_name().name != "aten::empty_like";
+}
+
+// Note [Skips are verified]
+// The plan marks ops dead from the profile's dataflow; a later forward may
+// flow differently (it diverged from the plan, or the same op sequence wired
+// its tensors otherwise). So every forward that skips checks the plan against
+// itself: an op the recompute will run (not saved, not skipped, not a view —
+// a view reads no values) or an ignored op that reads a storage a skip-marked
+// op returned, or a tensor autograd saves that lives in one, voids every skip
+// of the invocation when the forward ends; its recompute then runs them all.
+// Storages are compared by address; each marked StorageImpl is held by a weak
+// reference until the forward ends, which keeps the object (not its data)
+// allocated, so no later storage can take its address (a freed attention
+// score buffer's address taken by the next one voided every skip before).
+void Invocation::checkSkipReads(const torch::jit::Stack& stack, size_t num_args) {
+  if (skips_void_) return;
+  for (size_t i = stack.size() - num_args; i < stack.size() && !skips_void_; ++i) {
+    forEachTensor(stack[i], [&](const at::Tensor& t) {
+      if (t.defined() && t.has_storage() && skip_storages_.count(t.storage().unsafeGetStorageImpl()) > 0) {
+        skips_void_ = true;
+      }
+    });
+  }
+}
+
+// Note [Dead ops are skipped] (policy/budget_plan.h). The returns are fresh
+// tensors that nothing backward reads; hidden from hpac's key like a kernel's
+// own allocations.
+void Invocation::skip(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  torch::jit::drop(*stack, op.schema().arguments().size());
+  c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
+  const SkippedReturns& r = *admission.skipped;
+  for (size_t j = 0; j < r.shapes.size(); ++j) {
+    stack->emplace_back(at::empty_strided(r.shapes[j].first, r.shapes[j].second, r.options[j]));
+  }
+}
+
+bool Invocation::skippable(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const auto& schema = op.schema();
+  if (schema.is_mutable() || op.operator_name().name.rfind("aten::", 0) != 0 ||
+      op.hasTag(at::Tag::nondeterministic_seeded)) {
+    return false;
+  }
+  const size_t num_returns = schema.returns().size();
+  if (num_returns == 0 || stack.size() < num_returns) return false;
+  for (size_t j = 0; j < num_returns; ++j) {
+    const auto& ret = schema.returns()[j];
+    if (ret.alias_info() != nullptr || ret.type()->kind() != c10::TypeKind::TensorType) return false;
+    const c10::IValue& v = stack[stack.size() - num_returns + j];
+    if (!v.isTensor()) return false;
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined() || !t.has_storage() || t.layout() != at::kStrided || t.is_meta()) return false;
+  }
+  return true;
 }
 
 void Invocation::logOp(Phase phase, const c10::OperatorHandle& op, const char* action) {

@@ -25,8 +25,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace hpac {
@@ -41,6 +43,7 @@ struct InvocationStats {
   int64_t saved_bytes = 0;    // bytes of tensors kept (storage nbytes of each output)
   int64_t served = 0;         // ops served from storage in recompute (kernel skipped)
   int64_t recomputed = 0;     // ops whose kernel ran again in recompute
+  int64_t skipped = 0;        // recompute ops not run: nothing backward needs depends on them (Note [Dead ops are skipped])
   int64_t ignored = 0;        // ignored ops (both phases), never counted
   int64_t recomputes = 0;     // recompute phases entered
   int64_t unserved = 0;       // saved entries no recompute asked for, released when it ended
@@ -98,11 +101,18 @@ class Invocation {
     kSave,       // forward, saved: beginSave(), run it, then keep()
     kServe,      // recompute, saved: serve() — the kernel does not run
     kRecompute,  // recompute, not saved: run it again
+    kSkip,       // recompute, dead: skip() — uninitialised returns of the forward's shapes (Note [Dead ops are skipped])
+  };
+  struct SkippedReturns {
+    std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes;  // (sizes, strides) per return
+    std::vector<at::TensorOptions> options;
   };
   struct Admission {
     Action action;
     int64_t occurrence;     // of this op in this phase (-1 for kIgnore)
     Entry* entry = nullptr;  // kServe: the saved entry admit() found, so serve() looks it up once
+    const SkippedReturns* skipped = nullptr;  // kSkip: the forward's return shapes
+    bool remember_skip = false;  // kRun: the policy marked it dead for the recompute; afterRun() records its shapes
   };
 
   // Counts the op in `phase` and says what to do: in the forward the policy
@@ -124,13 +134,27 @@ class Invocation {
   // which profiled storage holds it (Note [What off keeps], policy/budget_plan.h);
   // otherwise nothing.
   void noteAutogradSaved(const at::Tensor& t);
+  // Whether noteAutogradSaved() wants to hear of this forward's saved tensors:
+  // a budget profile, or a forward that may skip ops (Note [Skips are verified]).
+  bool watchesAutogradSaves() const {
+    return phase_ == Phase::kForward && (profiling_ || policy_->maySkipInRecompute());
+  }
   // After the op (after keep() / serve() for kSave / kServe), with its time.
   void observe(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                int64_t nanos);
 
   // kRun, after the kernel: watches outputs that alias a cached output without
-  // sharing its version counter (Note [Unsafe aliases]).
-  void afterRun(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+  // sharing its version counter (Note [Unsafe aliases]); records the return
+  // shapes of an op the recompute will skip.
+  void afterRun(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+
+  // kSkip: pops the arguments and pushes uninitialised tensors shaped like the forward's returns.
+  void skip(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+  // Whether an op's kernel may be skipped in a recompute at all (Note [Dead ops
+  // are skipped]): aten, not mutable, not seeded random, every return a
+  // defined dense tensor with storage (`stack` holds its returns).
+  static bool skippable(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
 
   // kSave: the arguments the op will write, taken before the kernel runs.
   struct PendingSave {
@@ -188,6 +212,10 @@ class Invocation {
   Phase phase_ = Phase::kForward;
   bool profiling_ = false;
   StorageIds profile_ids_;  // Note [Profile storage ids]
+  std::vector<int64_t> pending_reads_;  // profile: storage ids of the running op's tensor arguments
+  std::unique_ptr<ProfiledOp> last_profiled_;  // profile: handed to the policy when the next counted op arrives
+  std::optional<c10::OperatorHandle> last_profiled_op_;
+  void flushProfiled();
   std::shared_ptr<DecisionRecorder> recorder_;
   CheckpointPolicy last_answer_ = CheckpointPolicy::PREFER_RECOMPUTE;  // of the last decide()
   void profileOp(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
@@ -201,6 +229,14 @@ class Invocation {
   void copyOnWrite(const c10::FunctionSchema& schema, const torch::jit::Stack& stack);
 
   std::unordered_map<Key, Entry, KeyHash> storage_;
+  std::unordered_map<Key, SkippedReturns, KeyHash> skipped_;  // Note [Dead ops are skipped]
+  // Note [Skips are verified]: storages of this forward's skip-marked outputs,
+  // and whether something the recompute runs or autograd saves read one.
+  std::unordered_set<const c10::StorageImpl*> skip_storages_;
+  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> skip_holds_;  // their addresses stay theirs
+  bool skips_void_ = false;
+  void checkSkipReads(const torch::jit::Stack& stack, size_t num_args);
+  bool readsValues(const c10::OperatorHandle& op) const;
   // Storage of every cached alias still held -> its entry.
   std::unordered_map<const c10::StorageImpl*, Key> cached_storage_;
   size_t stored_entries_ = 0;

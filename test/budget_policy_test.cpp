@@ -106,6 +106,59 @@ TEST(BudgetPolicy, OneIsWhatCheckpointingOffKeeps) {
   EXPECT_LE(st.plan.kept_bytes, 2 * kActivation);
 }
 
+// Note [Dead ops are skipped], counted by hand: at 1.0 the plan keeps what autograd saves (relu's and tanh's
+// results), so nothing the backward needs depends on the two matmuls or the sum: the recompute serves 2 ops,
+// skips 3, runs none.
+TEST(BudgetPolicy, OpsNothingBackwardNeedsAreSkippedInTheRecompute) {
+  at::manual_seed(3);
+  const at::Tensor x = at::randn({16, 32}).set_requires_grad(true);
+  const at::Tensor w1 = at::randn({32, 64}).set_requires_grad(true);
+  const at::Tensor w2 = at::randn({64, 64}).set_requires_grad(true);
+  auto fn = [&](const at::Tensor& in) { return at::tanh(at::mm(at::relu(at::mm(in, w1)), w2)).sum(); };
+  const auto off = torch::autograd::grad({fn(x)}, {x, w1, w2});
+  auto region = std::make_shared<BudgetRegion>(BudgetSpec{1.0, -1});
+  for (int i = 0; i < 3; ++i) {
+    auto stats = std::make_shared<InvocationStats>();
+    CheckpointOptions o;
+    o.policy = region->factory();
+    o.stats_out = stats;
+    EXPECT_TRUE(Matches(torch::autograd::grad({checkpoint(fn, x, o)}, {x, w1, w2}), off)) << i;
+    if (i == 0) continue;  // the profile
+    EXPECT_EQ(stats->served, 2) << i;
+    EXPECT_EQ(stats->skipped, 3) << i;
+    EXPECT_EQ(stats->recomputed, 0) << i;
+  }
+  const BudgetPlan& plan = region->status().plan;
+  EXPECT_EQ(std::count(plan.skip.begin(), plan.skip.end(), true), 3);
+}
+
+// Note [Skips are verified]: a forward with the plan's op sequence whose tensors flow otherwise (here the last
+// mul reads the second matmul's result, which the profiled forward did not) runs every op in its recompute.
+TEST(BudgetPolicy, ASkipThatAForwardContradictsIsNotTaken) {
+  at::manual_seed(3);
+  const at::Tensor x = at::randn({16, 32}).set_requires_grad(true);
+  const at::Tensor w1 = at::randn({32, 64}).set_requires_grad(true);
+  const at::Tensor w2 = at::randn({64, 64}).set_requires_grad(true);
+  auto fn = [&](const at::Tensor& in, bool rewired) {
+    const at::Tensor c = at::mm(at::relu(at::mm(in, w1)), w2);
+    const at::Tensor d = at::tanh(c);
+    return at::mul(d, rewired ? c : d).sum();
+  };
+  auto region = std::make_shared<BudgetRegion>(BudgetSpec{1.0, -1});
+  for (bool rewired : {false, false, true, false}) {
+    auto stats = std::make_shared<InvocationStats>();
+    CheckpointOptions o;
+    o.policy = region->factory();
+    o.stats_out = stats;
+    auto body = [&](const at::Tensor& in) { return fn(in, rewired); };
+    const auto got = torch::autograd::grad({checkpoint(body, x, o)}, {x, w1, w2});
+    EXPECT_TRUE(Matches(got, torch::autograd::grad({fn(x, rewired)}, {x, w1, w2}))) << rewired;
+    if (rewired) EXPECT_EQ(stats->skipped, 0);
+  }
+  ASSERT_EQ(region->status().stage, BudgetRegion::Stage::kPlanned);
+  EXPECT_GT(std::count(region->status().plan.skip.begin(), region->status().plan.skip.end(), true), 0);
+}
+
 TEST(BudgetPolicy, MoreBudgetNeverKeepsLessOrRecomputesMore) {
   const Problem p = problem();
   double last_saved_micros = -1;
@@ -252,7 +305,7 @@ TEST(BudgetPolicy, TextThatIsNotAPlanNamesTheLineAndWhatIsAllowed) {
   EXPECT_NE(load(replaced("budget_bytes", "budget")).find("is not 'budget_bytes <number>'"), std::string::npos);
   EXPECT_NE(load(replaced("aten::mm", "aten::no_such_op")).find("aten::no_such_op is not registered"),
             std::string::npos);
-  EXPECT_NE(load(replaced("keep ", "maybe ")).find("is not 'keep|recompute <occurrence>"), std::string::npos);
+  EXPECT_NE(load(replaced("keep ", "maybe ")).find("is not 'keep|recompute|skip <occurrence>"), std::string::npos);
   EXPECT_NE(load(good + "keep 0 aten::mm - 1 1\n").find("has more than its"), std::string::npos);
   EXPECT_NE(load(good.substr(0, good.rfind("\n", good.size() - 2) + 1)).find("ends after line"), std::string::npos);
   EXPECT_EQ(load(good), "(no error)");

@@ -202,11 +202,12 @@ class Budget:
 
     def status(self):
         """{'stage', 'profiles', 'replans', 'profiled_ops', 'budget_bytes', 'kept_bytes', 'total_bytes', 'off_bytes', 'groups',
-        'kept_groups', 'planned_ops', 'saved_ops', 'saved_micros', 'total_micros'}: the plan's fields are those of
-        the last plan (zero before the first)."""
+        'kept_groups', 'planned_ops', 'saved_ops', 'skipped_ops', 'saved_micros', 'total_micros', 'skipped_micros'}:
+        the plan's fields are those of the last plan (zero before the first); skipped: ops the recompute need not
+        run (Note [Dead ops are skipped], policy/budget_plan.h)."""
         d = dict(self._region.status())
         d["stage"] = self._region.stage()
-        d["saved_micros"], d["total_micros"] = self._region.micros()
+        d["saved_micros"], d["total_micros"], d["skipped_micros"] = self._region.micros()
         return d
 
     def __repr__(self):
@@ -252,7 +253,7 @@ class _Region:
     def __enter__(self):
         handle = self._invocation._handle
         handle.enter(self._phase)
-        if self._phase == "forward" and handle.profiling():
+        if self._phase == "forward" and handle.watches_saved():
             self._reporting = _report_saved(self._invocation)
         return self._invocation
 
@@ -270,8 +271,9 @@ _TOP_HOOKS = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", Non
 
 
 def _report_saved(invocation):
-    """While a budget profile's forward runs: every tensor autograd saves is reported to hpac (Note [What off
-    keeps], policy/budget_plan.h), then handed to the checkpoint's own pack hook. Returns the function that stops
+    """While a budget profile's forward, or one that may skip ops, runs: every tensor autograd saves is reported
+    to hpac (Note [What off keeps], policy/budget_plan.h; Note [Skips are verified], replay/invocation.cpp), then
+    handed to the checkpoint's own pack hook. Returns the function that stops
     reporting. Where torch can say which hooks are on top (>= 2.0: torch.utils.checkpoint's, or hpac.checkpoint's
     frame), they are wrapped; on 1.13 hpac.checkpoint's frame reports itself (_Frame.pack)."""
     handle = invocation._handle

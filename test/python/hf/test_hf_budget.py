@@ -64,4 +64,5 @@ def test_budgets_train_the_qwen3_moe_bit_for_bit_with_off():
             assert all(0 < r.status()["kept_bytes"] <= r.status()["budget_bytes"] == r.status()["off_bytes"]
                        < r.status()["total_bytes"] for r in regions)
             assert sum(s["served"] for s in run.layer_stats[-1]) > 0
+            assert sum(s["skipped"] for s in run.layer_stats[-1]) > 0  # Note [Dead ops are skipped]
     print("\n" + hc.format_table(hc.summary(runs)))
