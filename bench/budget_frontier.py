@@ -169,7 +169,9 @@ def eager_rows(m, steps, log):
         if r["budgets"]:
             sts = [b.status() for b in r["budgets"]]
             row["regions"] = [{k: st[k] for k in ("stage", "profiles", "replans", "budget_bytes", "kept_bytes",
-                                                  "total_bytes", "saved_ops", "planned_ops")} for st in sts]
+                                                  "off_bytes", "total_bytes", "saved_ops", "skipped_ops",
+                                                  "planned_ops", "saved_micros", "skipped_micros", "total_micros")}
+                              for st in sts]
         rows.append(row)
     return rows
 
@@ -341,12 +343,14 @@ def main():
     started = time.perf_counter()
     log = lambda msg: print(f"[budget_frontier {time.perf_counter() - started:.0f}s] {msg}", flush=True)
     data = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+            "load_average_at_start": os.getloadavg()[0],
             "glibc_tunables": os.environ.get("GLIBC_TUNABLES"), "steps": a.steps, "compile_steps": a.compile_steps,
             "budgets": FRACTIONS, "models": {}}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
 
     def save():  # after every group of rows: a run stopped early leaves what it measured
         data["wall_s"] = time.perf_counter() - started
+        data["load_average_at_end"] = os.getloadavg()[0]
         with open(a.out, "w") as f:
             json.dump(data, f, indent=1)
 

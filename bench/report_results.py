@@ -324,16 +324,18 @@ def budget_frontier(r):
     """hpac's budget policy against off, full, the fixed selective policy and torch.compile's activation_memory_budget
     (bench/budget_frontier.py), per model: one row per method, then the issue's target read off the rows."""
     d = load(r, "budget_frontier.json")
-    out = [f"torch {d['torch']}, {d['threads']} threads on {d['cpus']} CPUs (shared with other work: timings are "
-           f"noisy), GLIBC_TUNABLES={d['glibc_tunables'] or '(unset)'}; eager: median of {d['steps']} interleaved "
+    load = (f"1-minute load average {d['load_average_at_start']:.1f} at the start, {d['load_average_at_end']:.1f} at "
+            "the end" if "load_average_at_start" in d else "shared with other work: timings are noisy")
+    out = [f"torch {d['torch']}, {d['threads']} threads on {d['cpus']} CPUs ({load}), "
+           f"GLIBC_TUNABLES={d['glibc_tunables'] or '(unset)'}; eager: median of {d['steps']} interleaved "
            f"steps after a warm-up; compile: median of {d['compile_steps']} steps per budget, alternated with an off "
            "model (its median beside it). Step = forward + backward; peak = tensor bytes above the step's start."]
     for name, m in d["models"].items():
         rows = m["rows"]
         off = next(x for x in rows if x["method"] == "off")
         out += ["", f"**{name}**: {m['shape']}", "",
-                "| method | peak | vs off | step time (median; min–max) | vs off | grads = off | plan kept / budget "
-                "(first region) |",
+                "| method | peak | vs off | step time (median; min–max) | vs off | grads = off | plan kept / budget; "
+                "ops saved, skipped of planned (first region) |",
                 "|---|---|---|---|---|---|---|"]
         for x in rows:
             off_ms = x.get("off_ms_median_alongside", off["ms_median"])
@@ -342,6 +344,8 @@ def budget_frontier(r):
             if x.get("regions"):
                 g = x["regions"][0]
                 plan = f"{g['kept_bytes'] / 2**20:.2f} / {g['budget_bytes'] / 2**20:.2f} MiB ({g['stage']})"
+                if "skipped_ops" in g:
+                    plan += f"; {g['saved_ops']}, {g['skipped_ops']} of {g['planned_ops']}"
             out.append(f"| {x['method']} | {x['peak_bytes'] / 2**20:.1f} MiB | {x['peak_bytes'] / off['peak_bytes']:.2f}x "
                        f"| {x['ms_median']:.0f} ms; {min(x['ms_all']):.0f}–{max(x['ms_all']):.0f} | {x['ms_median'] / off_ms:.2f}x "
                        f"| {equal} | {plan} |")

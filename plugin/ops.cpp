@@ -94,16 +94,19 @@ class BudgetRegionHandle : public torch::CustomClassHolder {
  public:
   // plan_text given: the region replays that plan (Note [Plan files]); fraction and bytes must then be None.
   BudgetRegionHandle(c10::optional<double> fraction, c10::optional<int64_t> bytes, int64_t profile_invocations,
-                     int64_t max_replans, c10::optional<std::string> plan_text, const std::string& plan_source) {
+                     int64_t max_replans, bool skip_dead, c10::optional<std::string> plan_text,
+                     const std::string& plan_source) {
     if (plan_text) {
       TORCH_CHECK(!fraction && !bytes, "hpac budget: a plan carries its budget; give either a plan or a fraction / "
                   "bytes, not both");
       region_ = BudgetRegion::fromPlanText(*plan_text, plan_source);
       return;
     }
-    region_ = std::make_shared<BudgetRegion>(
-        makeBudgetSpec(fraction ? std::optional<double>(*fraction) : std::nullopt,
-                       bytes ? std::optional<int64_t>(*bytes) : std::nullopt, profile_invocations, max_replans));
+    BudgetSpec spec = makeBudgetSpec(fraction ? std::optional<double>(*fraction) : std::nullopt,
+                                     bytes ? std::optional<int64_t>(*bytes) : std::nullopt, profile_invocations,
+                                     max_replans);
+    spec.skip_dead = skip_dead;
+    region_ = std::make_shared<BudgetRegion>(spec);
   }
 
   std::string planText() const { return region_->planText(); }
@@ -231,8 +234,8 @@ void registerHpacOps(torch::Library& m) {
       .def("explain", &InvocationHandle::explain);
 
   m.class_<BudgetRegionHandle>("BudgetRegion")
-      .def(torch::init<c10::optional<double>, c10::optional<int64_t>, int64_t, int64_t, c10::optional<std::string>,
-                       std::string>())
+      .def(torch::init<c10::optional<double>, c10::optional<int64_t>, int64_t, int64_t, bool,
+                       c10::optional<std::string>, std::string>())
       .def("invocation", &BudgetRegionHandle::invocation)
       .def("stage", &BudgetRegionHandle::stage)
       .def("status", &BudgetRegionHandle::status)

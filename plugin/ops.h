@@ -19,7 +19,7 @@
 //       this forward's saved tensors), .note_saved(Tensor) (autograd saved it)
 //       ("forward aten::mm saved", "recompute aten::mm served", ...: every op handed to the invocation)
 //   torch.classes.hpac.BudgetRegion(fraction: Optional[float], bytes: Optional[int], profile_invocations: int,
-//                                   max_replans: int, plan_text: Optional[str], plan_source: str)
+//                                   max_replans: int, skip_dead: bool, plan_text: Optional[str], plan_source: str)
 //       the budget policy's region (policy/budget_policy.h); with plan_text, one replaying that plan
 //       (Note [Plan files]; fraction and bytes None)
 //       .plan_text() -> str (throws unless planned), .plan_source() -> str ("" unless loaded)

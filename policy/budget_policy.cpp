@@ -214,7 +214,7 @@ void BudgetRegion::finishProfile(std::vector<ProfiledOp> profile, std::optional<
   const int64_t base = off >= 0 ? off : totalOutputBytes(profile_);
   const int64_t budget =
       spec_.bytes >= 0 ? spec_.bytes : static_cast<int64_t>(std::floor(spec_.fraction * static_cast<double>(base)));
-  plan_ = planBudget(profile_, budget, autograd_saved ? &*autograd_saved : nullptr);
+  plan_ = planBudget(profile_, budget, autograd_saved && spec_.skip_dead ? &*autograd_saved : nullptr);
   plan_.off_bytes = off;
   auto keys = std::make_shared<std::vector<std::pair<const void*, int64_t>>>();
   keys->reserve(profile_.size());

@@ -39,6 +39,11 @@ struct BudgetSpec {
   int64_t bytes = -1;
   int64_t profile_invocations = 1;  // >= 1
   int64_t max_replans = 2;          // >= 0
+  // Note [Dead ops are skipped] (policy/budget_plan.h). Off for code that
+  // reads tensor values where hpac cannot see it (data_ptr, accessors, numpy,
+  // tolist on CPU tensors) from an op's output inside the region: a skipped
+  // op's outputs are uninitialised.
+  bool skip_dead = true;
 };
 
 // Checks a spec; throws c10::Error naming the value and what is allowed.

@@ -8,7 +8,69 @@ namespace {
 
 ProfiledOp op(const std::string& name, int64_t occurrence, double micros,
               std::vector<std::pair<int64_t, int64_t>> storages) {
-  return ProfiledOp{name, nullptr, occurrence, micros, std::move(storages), false};
+  ProfiledOp p;
+  p.op = name;
+  p.occurrence = occurrence;
+  p.micros = micros;
+  p.storages = std::move(storages);
+  return p;
+}
+
+// An op with dataflow (Note [Dead ops are skipped]): reads, writes one storage of `bytes`, skippable.
+ProfiledOp flow(const std::string& name, double micros, std::vector<int64_t> reads, int64_t writes, int64_t bytes) {
+  ProfiledOp p = op(name, 0, micros, {{writes, bytes}});
+  p.reads = std::move(reads);
+  p.writes = {writes};
+  p.skippable = true;
+  return p;
+}
+
+// mm (10 µs) -> relu (1 µs) -> tanh (1 µs), 100 bytes each; autograd saves relu's and tanh's results (storages
+// 2 and 3); storage 0 is the region's input.
+std::vector<ProfiledOp> chain() {
+  return {flow("aten::mm", 10, {0}, 1, 100), flow("aten::relu", 1, {1}, 2, 100), flow("aten::tanh", 1, {2}, 3, 100)};
+}
+
+// Note [Planning with the dataflow], by hand: within 200 bytes the additive knapsack keeps mm and one of the others
+// (11 µs of kernels), leaving 1 µs to recompute; keeping relu and tanh instead leaves mm feeding nothing backward
+// needs, so the recompute skips it and runs nothing. The planner must find the second.
+TEST(BudgetPlan, KeepingWhatAutogradSavesLetsTheRecomputeSkipItsProducers) {
+  const std::vector<int64_t> saved = {2, 3};
+  const BudgetPlan additive = planBudget(chain(), 200);
+  EXPECT_TRUE(additive.save[0]);
+  EXPECT_DOUBLE_EQ(additive.saved_micros, 11.0);
+  const BudgetPlan plan = planBudget(chain(), 200, &saved);
+  EXPECT_EQ(plan.save, (std::vector<bool>{false, true, true}));
+  EXPECT_EQ(plan.skip, (std::vector<bool>{true, false, false}));
+  EXPECT_DOUBLE_EQ(plan.saved_micros, 2.0);
+  EXPECT_DOUBLE_EQ(plan.skipped_micros, 10.0);
+  EXPECT_EQ(plan.kept_bytes, 200);
+}
+
+// Note [Dead ops are skipped]: what keeps an op alive.
+TEST(BudgetPlan, DeadOpsAreThoseNothingBackwardNeedsDependsOn) {
+  const std::vector<int64_t> saved = {2, 3};
+  const std::vector<bool> keep_relu_tanh = {false, true, true};
+  EXPECT_EQ(deadOps(chain(), keep_relu_tanh, saved), (std::vector<bool>{true, false, false}));
+  // Nothing kept: every op produces or feeds a saved tensor.
+  EXPECT_EQ(deadOps(chain(), {false, false, false}, saved), (std::vector<bool>{false, false, false}));
+  // Only tanh kept: relu's result is saved, so relu and mm run.
+  EXPECT_EQ(deadOps(chain(), {false, false, true}, saved), (std::vector<bool>{false, false, false}));
+  // An ignored op after relu reads mm's result (a copy_): mm runs.
+  std::vector<ProfiledOp> copied = chain();
+  copied[1].later_reads = {1};
+  EXPECT_EQ(deadOps(copied, keep_relu_tanh, saved), (std::vector<bool>{false, false, false}));
+  // mm is not skippable (an in-place write, a random op, a collective): it runs.
+  std::vector<ProfiledOp> pinned = chain();
+  pinned[0].skippable = false;
+  EXPECT_EQ(deadOps(pinned, keep_relu_tanh, saved), (std::vector<bool>{false, false, false}));
+  // A view of mm's result that nothing needed reads is not skipped (no kernel) and keeps nothing alive.
+  std::vector<ProfiledOp> viewed = chain();
+  ProfiledOp view = flow("aten::t", 0.1, {1}, 1, 100);
+  view.view = true;
+  view.skippable = false;
+  viewed.insert(viewed.begin() + 1, view);
+  EXPECT_EQ(deadOps(viewed, {false, false, true, true}, saved), (std::vector<bool>{true, false, false, false}));
 }
 
 // A greedy choice by time per byte takes A (the best ratio) and then has no

@@ -117,6 +117,30 @@ def test_one_is_what_checkpointing_off_keeps(path):
     assert st["kept_bytes"] <= st["budget_bytes"] == 2 * activation
 
 
+@pytest.mark.parametrize("skip_dead", [True, False])
+def test_ops_nothing_backward_needs_are_skipped_unless_told_not_to(skip_dead):
+    """Note [Dead ops are skipped], counted by hand: at 1.0 the plan keeps relu's and tanh's results (what autograd
+    saves), so the two matmuls and the sum only fed kept outputs: 3 skipped, 2 served, none run. skip_dead=False:
+    the 3 run again."""
+    torch.manual_seed(3)
+    x = torch.randn(16, 32, requires_grad=True)
+    w1 = torch.randn(32, 64, requires_grad=True)
+    w2 = torch.randn(64, 64, requires_grad=True)
+
+    def fn(t):
+        return torch.tanh(torch.relu(t @ w1) @ w2).sum()
+
+    ref = torch.autograd.grad(fn(x), [x, w1, w2])
+    b = hpac.budget(1.0, skip_dead=skip_dead)
+    for step in range(3):
+        hpac.reset_global_stats()
+        assert_same(torch.autograd.grad(hpac.checkpoint(fn, x, policy=b), [x, w1, w2]), ref)
+        stats = hpac.global_stats()
+        if step:
+            assert (stats["served"], stats["skipped"], stats["recomputed"]) == ((2, 3, 0) if skip_dead else (2, 0, 3))
+    assert b.status()["skipped_ops"] == (3 if skip_dead else 0)
+
+
 def test_status_before_the_first_call_and_a_budget_in_bytes():
     b = hpac.budget(bytes=0)
     assert b.stage == "profiling"

@@ -163,7 +163,7 @@ class Budget:
 
     __slots__ = ("_region", "fraction", "bytes", "plan")
 
-    def __init__(self, fraction=None, *, bytes=None, profile_invocations=1, max_replans=2, plan=None):
+    def __init__(self, fraction=None, *, bytes=None, profile_invocations=1, max_replans=2, plan=None, skip_dead=True):
         for name, value, kind in (("fraction", fraction, (int, float)), ("bytes", bytes, int),
                                   ("profile_invocations", profile_invocations, int),
                                   ("max_replans", max_replans, int)):
@@ -183,7 +183,7 @@ class Budget:
         # Checked in C++ (policy/budget_policy.h makeBudgetSpec, BudgetRegion::fromPlanText): exactly one of
         # fraction / bytes, ranges; a plan's syntax and ops.
         self._region = torch.classes.hpac.BudgetRegion(self.fraction, bytes, profile_invocations, max_replans,
-                                                       text, self.plan or "")
+                                                       bool(skip_dead), text, self.plan or "")
 
     def save_plan(self, path):
         """Writes the region's plan (after its profile) to `path` (Note [Plan files], policy/budget_policy.h);
@@ -216,13 +216,17 @@ class Budget:
         return f"hpac.Budget({what}, stage={self.stage!r})"
 
 
-def budget(fraction=None, *, bytes=None, profile_invocations=1, max_replans=2, plan=None):
+def budget(fraction=None, *, bytes=None, profile_invocations=1, max_replans=2, plan=None, skip_dead=True):
     """A memory-budget policy: `fraction` in [0, 1] of what the region keeps with checkpointing off (the outputs
     autograd saves: 0 = full, 1 = as many bytes as off keeps), or `bytes` per call of the region, or `plan`, a
-    file Budget.save_plan wrote (replayed without a profile; a region it does not match is an error). Returns a
+    file Budget.save_plan wrote (replayed without a profile; a region it does not match is an error).
+    skip_dead=False keeps the recompute from skipping ops nothing backward needs (Note [Dead ops are skipped]):
+    for code that reads an op's output values inside the region without an aten op (numpy(), tolist() on CPU
+    tensors, data_ptr in an extension), which would see a skipped op's uninitialised output. Returns a
     Budget (one per region); use it as `policy=` of hpac.checkpoint / hpac.context_fn / hpac.Invocation, or
     `mode=` of hpac.checkpoint_wrapper."""
-    return Budget(fraction, bytes=bytes, profile_invocations=profile_invocations, max_replans=max_replans, plan=plan)
+    return Budget(fraction, bytes=bytes, profile_invocations=profile_invocations, max_replans=max_replans, plan=plan,
+                  skip_dead=skip_dead)
 
 
 def _policy_kind(policy):
