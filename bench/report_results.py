@@ -392,7 +392,9 @@ def explain(r):
                        f"{row['kept_bytes']:>12}{row['micros']:>10.1f}  {row['rule']}")
     s = d["stats"]
     out += ["```", "", f"{len(d['ops'])} rows in all (forward and recompute, ignored ops included); the invocation saved "
-                       f"{s['saved']} outputs, served {s['served']}, recomputed {s['recomputed']}.", "",
+                       f"{s['saved']} outputs, served {s['served']}, recomputed {s['recomputed']}"
+                       + (f", skipped {s['skipped']} (nothing backward needed depended on them)" if s.get("skipped") else "")
+                       + ".", "",
             "One row of the JSON as written (`ops[2]`):", "", "```json", json.dumps(d["ops"][2]), "```", "",
             "| mode | peak tensor bytes above the step's start | allocator events |", "|---|---:|---:|"]
     for t in d["timeline"]:

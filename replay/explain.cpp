@@ -137,21 +137,24 @@ std::string formatExplainTable(const ExplainReport& report, size_t max_rows) {
   }
   int64_t kept = 0;
   double forward_us = 0, recompute_us = 0;
-  int64_t n[2][4] = {};  // phase x {save/serve, recompute, ignore, other}
+  int64_t n[2][4] = {};  // phase x {save/serve, recompute, ignore, skip}
   for (const ExplainedOp& o : report.ops) {
     const int p = static_cast<int>(o.phase);
     kept += o.kept_bytes;
     (o.phase == Phase::kForward ? forward_us : recompute_us) += o.micros;
-    const int d = (o.decision == "save" || o.decision == "serve") ? 0 : o.decision == "recompute" ? 1 : 2;
+    const int d = (o.decision == "save" || o.decision == "serve") ? 0
+                  : o.decision == "recompute"                      ? 1
+                  : o.decision == "skip"                           ? 3
+                                                                   : 2;
     ++n[p][d];
   }
   const InvocationStats& s = report.stats;
   out << "\nforward: " << n[0][0] << " saved, " << n[0][1] << " recomputed later, " << n[0][2] << " ignored; kept "
       << humanBytes(kept) << "; " << fixed(forward_us, 1) << " us\n";
-  out << "recompute: " << n[1][0] << " served, " << n[1][1] << " re-run, " << n[1][2] << " ignored; "
-      << fixed(recompute_us, 1) << " us\n";
+  out << "recompute: " << n[1][0] << " served, " << n[1][1] << " re-run, " << n[1][3] << " skipped, " << n[1][2]
+      << " ignored; " << fixed(recompute_us, 1) << " us\n";
   out << "invocation stats: saved " << s.saved << ", served " << s.served << ", recomputed " << s.recomputed
-      << ", unserved " << s.unserved << "\n";
+      << ", skipped " << s.skipped << ", unserved " << s.unserved << "\n";
   if (!report.timelines.empty()) {
     out << "\npeak tensor bytes over the step (above the bytes alive before it):\n";
     for (const TimelineTrace& t : report.timelines) {
@@ -171,7 +174,8 @@ std::string explainJson(const ExplainReport& report) {
   const InvocationStats& s = report.stats;
   out << "  \"stats\": {\"ops_forward\": " << s.ops_forward << ", \"ops_recompute\": " << s.ops_recompute
       << ", \"saved\": " << s.saved << ", \"saved_bytes\": " << s.saved_bytes << ", \"served\": " << s.served
-      << ", \"recomputed\": " << s.recomputed << ", \"ignored\": " << s.ignored << ", \"unserved\": " << s.unserved
+      << ", \"recomputed\": " << s.recomputed << ", \"skipped\": " << s.skipped << ", \"ignored\": " << s.ignored
+      << ", \"unserved\": " << s.unserved
       << "},\n";
   out << "  \"ops\": [";
   for (size_t i = 0; i < report.ops.size(); ++i) {

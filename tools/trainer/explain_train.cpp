@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 
 #include <memory>
+#include <vector>
 
 namespace hpac::trainer {
 
@@ -13,26 +14,36 @@ absl::StatusOr<ExplainReport> explainTraining(const TrainConfig& config, const M
   if (explained == CheckpointMode::kOff) {
     return absl::InvalidArgumentError(
         "--explain with mode off: off checkpoints no region, so there is nothing to explain; allowed: full, "
-        "selective (--mode or activation_checkpoint.mode)");
+        "selective, budget (--mode or activation_checkpoint.mode)");
   }
   if (config.train.dtype != "float32") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--explain measures tensor bytes with the tracking allocator, which cannot serve ", config.train.dtype,
         " matmuls (oneDNN buffers); allowed: train.dtype float32"));
   }
+  if (explained == CheckpointMode::kBudget && !config.activation_checkpoint.memory_budget) {
+    return absl::InvalidArgumentError("--explain in mode budget needs activation_checkpoint.memory_budget");
+  }
   if (config.parallel.distributed()) {
     return absl::InvalidArgumentError("--explain runs one process; allowed: a config without a parallel layout");
   }
   ExplainReport report;
   report.source = absl::StrCat("hpac-train ", config.model.preset, " (", config.model.num_layers, " layers, seq ",
-                               config.train.seq_len, " x batch ", config.train.micro_batch, ", step 0)");
+                               config.train.seq_len, " x batch ", config.train.micro_batch,
+                               explained == CheckpointMode::kBudget ? ", step 0; budget: step 1, after its profile)"
+                                                                    : ", step 0)");
   report.mode = toString(explained);
-  for (const CheckpointMode mode : {CheckpointMode::kOff, CheckpointMode::kFull, CheckpointMode::kSelective}) {
+  std::vector<CheckpointMode> modes = {CheckpointMode::kOff, CheckpointMode::kFull, CheckpointMode::kSelective};
+  if (explained == CheckpointMode::kBudget) modes.push_back(CheckpointMode::kBudget);
+  for (const CheckpointMode mode : modes) {
     TrainConfig c = config;
     c.activation_checkpoint.mode = mode;
     c.activation_checkpoint.layers.clear();
     auto trainer = Trainer::create(c, registry, [](LogLevel, const std::string&) {});  // quiet: the table is the output
     if (!trainer.ok()) return trainer.status();
+    // A budget's first step is its regions' profile; the explained step replays the plan.
+    int64_t step = 0;
+    if (mode == CheckpointMode::kBudget) (*trainer)->step(step++);
     auto recorder = std::make_shared<DecisionRecorder>();
     auto stats = std::make_shared<InvocationStats>();
     if (mode == explained) {
@@ -53,7 +64,7 @@ absl::StatusOr<ExplainReport> explainTraining(const TrainConfig& config, const M
     }
     TimelineCapture capture;
     (*trainer)->markTimeline(&capture);
-    (*trainer)->step(0);
+    (*trainer)->step(step);
     (*trainer)->markTimeline(nullptr);
     report.timelines.push_back(capture.finish(toString(mode)));
     if (mode == explained) {

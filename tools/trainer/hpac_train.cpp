@@ -306,10 +306,11 @@ int main(int argc, char** argv) try {
     if (!p.setting.budget) continue;
     const hpac::BudgetRegion::Status st = p.setting.budget->status();
     std::cout << absl::StrFormat("budget %s: %s after %d profiles, %d replans; plan keeps %d bytes (budget %d; off "
-                                 "keeps %d, all outputs %d), %d of %d ops\n",
+                                 "keeps %d, all outputs %d), %d of %d ops; the recompute skips %d\n",
                                  p.layer.path, hpac::toString(st.stage), st.profiles, st.replans, st.plan.kept_bytes,
                                  st.plan.budget_bytes, st.plan.off_bytes, st.plan.total_bytes,
-                                 std::count(st.plan.save.begin(), st.plan.save.end(), true), st.plan.save.size());
+                                 std::count(st.plan.save.begin(), st.plan.save.end(), true), st.plan.save.size(),
+                                 std::count(st.plan.skip.begin(), st.plan.skip.end(), true));
   }
   return 0;
 } catch (const c10::Error& e) {
