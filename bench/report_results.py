@@ -324,9 +324,9 @@ def budget_frontier(r):
     """hpac's budget policy against off, full, the fixed selective policy and torch.compile's activation_memory_budget
     (bench/budget_frontier.py), per model: one row per method, then the issue's target read off the rows."""
     d = load(r, "budget_frontier.json")
-    load = (f"1-minute load average {d['load_average_at_start']:.1f} at the start, {d['load_average_at_end']:.1f} at "
+    machine = (f"1-minute load average {d['load_average_at_start']:.1f} at the start, {d['load_average_at_end']:.1f} at "
             "the end" if "load_average_at_start" in d else "shared with other work: timings are noisy")
-    out = [f"torch {d['torch']}, {d['threads']} threads on {d['cpus']} CPUs ({load}), "
+    out = [f"torch {d['torch']}, {d['threads']} threads on {d['cpus']} CPUs ({machine}), "
            f"GLIBC_TUNABLES={d['glibc_tunables'] or '(unset)'}; eager: median of {d['steps']} interleaved "
            f"steps after a warm-up; compile: median of {d['compile_steps']} steps per budget, alternated with an off "
            "model (its median beside it). Step = forward + backward; peak = tensor bytes above the step's start."]
