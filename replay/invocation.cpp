@@ -4,7 +4,10 @@
 #include "replay/dispatch_key.h"
 #include "replay/explain.h"
 
+#include <ATen/EmptyTensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/from_blob.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/macros/Macros.h>
 #include <c10/util/Exception.h>
@@ -168,7 +171,10 @@ void Invocation::beginPhase(Phase phase) {
 }
 
 void Invocation::endPhase(bool completed) {
-  if (phase_ == Phase::kRecompute) releaseUnserved(completed);
+  if (phase_ == Phase::kRecompute) {
+    releaseUnserved(completed);
+    scratch_.clear();  // the skipped returns still alive keep theirs
+  }
   if (profiling_) flushProfiled();
   if (phase_ == Phase::kForward) {  // Note [Skips are verified]
     if (skips_void_ || !completed) skipped_.clear();
@@ -514,15 +520,38 @@ void Invocation::checkSkipReads(const torch::jit::Stack& stack, size_t num_args)
   }
 }
 
-// Note [Dead ops are skipped] (policy/budget_plan.h). The returns are fresh
-// tensors that nothing backward reads; hidden from hpac's key like a kernel's
-// own allocations.
+// Note [Dead ops are skipped] (policy/budget_plan.h).
+// Note [Skipped outputs share one buffer]
+// A skipped op's returns are tensors of the forward's sizes and strides whose
+// values nothing reads: in a verified forward (Note [Skips are verified]) no
+// op the recompute runs reads them, none writes them (an in-place op reads
+// its argument), and autograd saves none. So they need no memory of their
+// own: every skipped return of one recompute phase lies over one scratch
+// buffer per device, grown to the largest one; allocating each (an attention
+// score matrix is the layer's largest tensor) would raise the recompute's
+// transient peak for nothing.
 void Invocation::skip(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   torch::jit::drop(*stack, op.schema().arguments().size());
   c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
   const SkippedReturns& r = *admission.skipped;
   for (size_t j = 0; j < r.shapes.size(); ++j) {
-    stack->emplace_back(at::empty_strided(r.shapes[j].first, r.shapes[j].second, r.options[j]));
+    const auto& [sizes, strides] = r.shapes[j];
+    const at::TensorOptions& options = r.options[j];
+    const size_t nbytes = at::detail::computeStorageNbytes(sizes, strides, options.dtype().itemsize());
+    if (nbytes == 0) {
+      stack->emplace_back(at::empty_strided(sizes, strides, options));
+      continue;
+    }
+    at::Tensor* scratch = nullptr;
+    for (auto& [device, buffer] : scratch_) {
+      if (device == options.device()) scratch = &buffer;
+    }
+    if (scratch == nullptr) scratch = &scratch_.emplace_back(options.device(), at::Tensor()).second;
+    if (!scratch->defined() || static_cast<size_t>(scratch->nbytes()) < nbytes) {
+      *scratch = at::empty({static_cast<int64_t>(nbytes)}, options.dtype(at::kByte));  // the old one lives on in its views
+    }
+    const at::Tensor keep = *scratch;
+    stack->emplace_back(at::from_blob(keep.data_ptr(), sizes, strides, [keep](void*) {}, options));
   }
 }
 

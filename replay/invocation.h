@@ -234,6 +234,7 @@ class Invocation {
   // and whether something the recompute runs or autograd saves read one.
   std::unordered_set<const c10::StorageImpl*> skip_storages_;
   std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> skip_holds_;  // their addresses stay theirs
+  std::vector<std::pair<c10::Device, at::Tensor>> scratch_;  // Note [Skipped outputs share one buffer]
   bool skips_void_ = false;
   void checkSkipReads(const torch::jit::Stack& stack, size_t num_args);
   bool readsValues(const c10::OperatorHandle& op) const;
