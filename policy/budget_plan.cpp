@@ -182,6 +182,37 @@ std::vector<bool> greedy(const std::vector<ProfiledOp>& ops, const std::vector<G
   }
 }
 
+// Note [Planning with the dataflow]: starts from every group holding what
+// autograd saved (the recompute then runs next to nothing) and drops, one at a
+// time, the group whose loss adds the least recompute time per byte freed,
+// until the rest fits.
+std::vector<bool> shrink(const std::vector<ProfiledOp>& ops, const std::vector<Group>& groups, int64_t budget,
+                         const std::vector<bool>& holds_saved, const std::vector<int64_t>& autograd_saved) {
+  std::vector<bool> keep(groups.size(), false);
+  int64_t used = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    keep[g] = groups[g].bytes == 0 || holds_saved[g];
+    used += keep[g] ? groups[g].bytes : 0;
+  }
+  double now = recomputeMicros(ops, groups, keep, autograd_saved);
+  while (used > budget) {
+    size_t best = groups.size();
+    double best_cost = 0, best_micros = now;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (!keep[g] || groups[g].bytes == 0) continue;
+      keep[g] = false;
+      const double micros = recomputeMicros(ops, groups, keep, autograd_saved);
+      keep[g] = true;
+      const double cost = (micros - now) / static_cast<double>(groups[g].bytes);
+      if (best == groups.size() || cost < best_cost) best = g, best_cost = cost, best_micros = micros;
+    }
+    keep[best] = false;
+    used -= groups[best].bytes;
+    now = best_micros;
+  }
+  return keep;
+}
+
 }  // namespace
 
 BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes,
@@ -204,13 +235,15 @@ BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes,
       // Note [Planning with the dataflow]
       // The knapsack counts only the kernels of what it keeps; with skipping
       // (Note [Dead ops are skipped]) keeping what autograd saved also spares
-      // the ops that only feed it, which the knapsack cannot see. So three
-      // plans compete, judged by the kernel time their recompute really
-      // spends: the knapsack over every group, the knapsack over the groups
-      // holding what autograd saved, and a greedy that keeps adding the group
-      // removing the most recompute time per byte. The best is kept (ties:
-      // fewer bytes). Each fits the budget; none is proven optimal for the
-      // dataflow objective — the knapsack's bound holds for its own objective.
+      // the ops that only feed it, which the knapsack cannot see. So four plans
+      // compete, judged by the kernel time their recompute really spends: the
+      // knapsack over every group, the knapsack over the groups holding what
+      // autograd saved, a greedy that keeps adding the group removing the most
+      // recompute time per byte, and one that starts from everything autograd
+      // saved and drops the group costing the least time per byte until the
+      // rest fits. The best is kept (ties: fewer bytes). Each fits the budget;
+      // none is proven optimal for the dataflow objective — the knapsack's
+      // bound holds for its own objective.
       std::unordered_set<int64_t> saved(autograd_saved->begin(), autograd_saved->end());
       std::vector<bool> holds_saved(groups.size(), false);
       for (size_t g = 0; g < groups.size(); ++g) {
@@ -225,7 +258,8 @@ BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes,
       };
       double best = recomputeMicros(ops, groups, keep, *autograd_saved);
       for (std::vector<bool> other : {knapsack(groups, plan.budget_bytes, micros, holds_saved),
-                                      greedy(ops, groups, plan.budget_bytes, *autograd_saved)}) {
+                                      greedy(ops, groups, plan.budget_bytes, *autograd_saved),
+                                      shrink(ops, groups, plan.budget_bytes, holds_saved, *autograd_saved)}) {
         const double t = recomputeMicros(ops, groups, other, *autograd_saved);
         if (t < best || (t == best && bytesOf(other) < bytesOf(keep))) best = t, keep = std::move(other);
       }
