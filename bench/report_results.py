@@ -363,7 +363,8 @@ def budget_frontier(r):
             verdict = ("met" if sel["faster"] >= goal["faster_at_selective_memory"] else "missed") \
                 if judged(a, "selective") else "not judged: the two step-time ranges overlap (noise)"
             out.append(f"- At selective's peak or less ({sel['peak_vs_selective']:.2f}x of it): budget {sel['budget']}'s "
-                       f"median step is {100 * sel['faster']:.1f} % below selective's (target ≥ "
+                       f"median step is {100 * abs(sel['faster']):.1f} % {'below' if sel['faster'] >= 0 else 'above'} "
+                       f"selective's (target ≥ "
                        f"{100 * goal['faster_at_selective_memory']:.0f} %): {verdict}.")
         else:
             out.append(f"- No budget point is at or below selective's peak (the smallest is "
@@ -372,7 +373,8 @@ def budget_frontier(r):
         least = min((x for x in rows if x["family"] == "budget"), key=lambda x: x["peak_bytes"])
         out.append(f"- Least budget peak: {least['peak_bytes'] / by['full']['peak_bytes']:.2f}x of full's (budget "
                    f"{least['budget']}); at full's median step time or less: " +
-                   (f"budget {full['budget']}, {100 * full['less_memory']:.1f} % less peak than full (target ≥ "
+                   (f"budget {full['budget']}, {100 * abs(full['less_memory']):.1f} % "
+                    f"{'less' if full['less_memory'] >= 0 else 'more'} peak than full (target ≥ "
                     f"{100 * goal['less_memory_at_full_time']:.0f} %: "
                     f"{'met' if full['less_memory'] >= goal['less_memory_at_full_time'] else 'missed'})."
                     if full.get("budget") is not None else "no budget point (target missed)."))
@@ -381,8 +383,9 @@ def budget_frontier(r):
         at_full_memory = [x for x in rows if x["family"] == "budget" and x["peak_bytes"] <= by["full"]["peak_bytes"]]
         if at_full_memory:
             best = min(at_full_memory, key=lambda x: x["ms_median"])
+            gain = 1 - best['ms_median'] / by['full']['ms_median']
             out.append(f"- At full's peak or less: budget {best['budget']}'s median step is "
-                       f"{100 * (1 - best['ms_median'] / by['full']['ms_median']):.1f} % below full's"
+                       f"{100 * abs(gain):.1f} % {'below' if gain >= 0 else 'above'} full's"
                        + ("" if judged(f"budget:{best['budget']}", "full") else
                           " (the step-time ranges overlap: within the noise)") + ".")
     return out

@@ -26,6 +26,7 @@ struct Group {
   std::vector<size_t> members;
   int64_t bytes = 0;
   double micros = 0;
+  bool collective = false;  // Note [Collectives are kept by every plan]
 };
 
 std::vector<Group> groupsOf(const std::vector<ProfiledOp>& ops) {
@@ -48,6 +49,7 @@ std::vector<Group> groupsOf(const std::vector<ProfiledOp>& ops) {
     Group& g = groups[it->second];
     g.members.push_back(i);
     g.micros += ops[i].micros;
+    g.collective = g.collective || ops[i].collective;
     for (const auto& [id, bytes] : ops[i].storages) {
       if (!counted[id]) {
         counted[id] = true;
@@ -161,8 +163,8 @@ double recomputeMicros(const std::vector<ProfiledOp>& ops, const std::vector<Gro
 std::vector<bool> greedy(const std::vector<ProfiledOp>& ops, const std::vector<Group>& groups, int64_t budget,
                          const std::vector<int64_t>& autograd_saved) {
   std::vector<bool> keep(groups.size(), false);
-  for (size_t g = 0; g < groups.size(); ++g) keep[g] = groups[g].bytes == 0;
-  int64_t used = 0;
+  for (size_t g = 0; g < groups.size(); ++g) keep[g] = groups[g].bytes == 0 || groups[g].collective;
+  int64_t used = 0;  // collectives' bytes are outside `budget` (Note [Collectives are kept by every plan])
   double now = recomputeMicros(ops, groups, keep, autograd_saved);
   while (true) {
     size_t best = groups.size();
@@ -191,15 +193,15 @@ std::vector<bool> shrink(const std::vector<ProfiledOp>& ops, const std::vector<G
   std::vector<bool> keep(groups.size(), false);
   int64_t used = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
-    keep[g] = groups[g].bytes == 0 || holds_saved[g];
-    used += keep[g] ? groups[g].bytes : 0;
+    keep[g] = groups[g].bytes == 0 || holds_saved[g] || groups[g].collective;
+    used += keep[g] && !groups[g].collective ? groups[g].bytes : 0;  // collectives: outside `budget`
   }
   double now = recomputeMicros(ops, groups, keep, autograd_saved);
   while (used > budget) {
     size_t best = groups.size();
     double best_cost = 0, best_micros = now;
     for (size_t g = 0; g < groups.size(); ++g) {
-      if (!keep[g] || groups[g].bytes == 0) continue;
+      if (!keep[g] || groups[g].bytes == 0 || groups[g].collective) continue;
       keep[g] = false;
       const double micros = recomputeMicros(ops, groups, keep, autograd_saved);
       keep[g] = true;
@@ -228,9 +230,20 @@ BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes,
     micros[g] = groups[g].micros;
   }
 
+  // Note [Collectives are kept by every plan]: kept first, the rest planned within what is left.
+  int64_t forced_bytes = 0;
+  std::vector<bool> free_choice(groups.size(), true);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].collective) forced_bytes += groups[g].bytes, free_choice[g] = false;
+  }
+  const int64_t left = std::max<int64_t>(plan.budget_bytes - forced_bytes, 0);
+  auto withForced = [&](std::vector<bool> k) {
+    for (size_t g = 0; g < groups.size(); ++g) k[g] = k[g] || groups[g].collective;
+    return k;
+  };
   std::vector<bool> keep(groups.size(), true);
   if (plan.budget_bytes < plan.total_bytes) {
-    keep = knapsack(groups, plan.budget_bytes, micros, std::vector<bool>(groups.size(), true));
+    keep = withForced(knapsack(groups, left, micros, free_choice));
     if (autograd_saved != nullptr) {
       // Note [Planning with the dataflow]
       // The knapsack counts only the kernels of what it keeps; with skipping
@@ -250,6 +263,7 @@ BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes,
         for (size_t i : groups[g].members) {
           for (const auto& [id, bytes] : ops[i].storages) holds_saved[g] = holds_saved[g] || saved.count(id) > 0;
         }
+        holds_saved[g] = holds_saved[g] && !groups[g].collective;
       }
       auto bytesOf = [&](const std::vector<bool>& k) {
         int64_t b = 0;
@@ -257,9 +271,9 @@ BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes,
         return b;
       };
       double best = recomputeMicros(ops, groups, keep, *autograd_saved);
-      for (std::vector<bool> other : {knapsack(groups, plan.budget_bytes, micros, holds_saved),
-                                      greedy(ops, groups, plan.budget_bytes, *autograd_saved),
-                                      shrink(ops, groups, plan.budget_bytes, holds_saved, *autograd_saved)}) {
+      for (std::vector<bool> other : {withForced(knapsack(groups, left, micros, holds_saved)),
+                                      greedy(ops, groups, left, *autograd_saved),
+                                      shrink(ops, groups, left, holds_saved, *autograd_saved)}) {
         const double t = recomputeMicros(ops, groups, other, *autograd_saved);
         if (t < best || (t == best && bytesOf(other) < bytesOf(keep))) best = t, keep = std::move(other);
       }

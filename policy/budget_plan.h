@@ -21,6 +21,15 @@
 // loses less than u bytes to the rounding). With kResolution = 4096, a plan
 // keeping 40 groups is optimal for at least 99% of the budget.
 //
+// Note [Collectives are kept by every plan]
+// Each rank profiles and plans on its own, from its own timings, so two
+// ranks' plans may differ. For most ops that is harmless (each rank replays
+// its own decisions), but a collective recomputed on one rank and served on
+// another would leave the first waiting for a partner that never comes. So,
+// as in the fixed selective policy, collectives are always kept: their groups
+// are kept before the knapsack, their bytes taken from the budget first (a
+// plan may then exceed a budget smaller than the collectives' own bytes).
+//
 // Views are left out of the groups and never kept: their outputs hold no
 // bytes of their own, and the invocation would not obey a save of them anyway
 // (Note [Views are recomputed] in replay/invocation.cpp).
@@ -68,6 +77,9 @@ struct ProfiledOp {
   // A kernel whose only effect is its returns (aten, not mutable, not seeded
   // random, every return a fresh dense tensor): the recompute may skip it.
   bool skippable = false;
+  // A collective (c10d, _c10d_functional): always kept (Note [Collectives are
+  // kept by every plan]).
+  bool collective = false;
 };
 
 struct BudgetPlan {

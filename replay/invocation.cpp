@@ -373,6 +373,7 @@ void Invocation::profileOp(const Admission& admission, const c10::OperatorHandle
     });
   }
   profile.skippable = skippable(op, stack);
+  profile.collective = name.name.rfind("c10d::", 0) == 0 || name.name.rfind("_c10d_functional::", 0) == 0;
   flushProfiled();
   last_profiled_ = std::make_unique<ProfiledOp>(std::move(profile));
   last_profiled_op_ = op;

@@ -47,6 +47,21 @@ TEST(BudgetPlan, KeepingWhatAutogradSavesLetsTheRecomputeSkipItsProducers) {
   EXPECT_EQ(plan.kept_bytes, 200);
 }
 
+// Note [Collectives are kept by every plan]: by hand. The all-reduce is kept at every budget, even 0, and its
+// bytes come off the budget first: with 150 bytes, 50 are left, which neither 100-byte op fits.
+TEST(BudgetPlan, CollectivesAreKeptByEveryPlan) {
+  std::vector<ProfiledOp> ops = {op("aten::mm", 0, 10, {{1, 100}}), op("_c10d_functional::all_reduce", 0, 1, {{2, 100}}),
+                                 op("aten::relu", 0, 1, {{3, 100}})};
+  ops[1].collective = true;
+  for (int64_t budget : {0, 150}) {
+    const BudgetPlan plan = planBudget(ops, budget);
+    EXPECT_EQ(plan.save, (std::vector<bool>{false, true, false})) << budget;
+    EXPECT_EQ(plan.kept_bytes, 100) << budget;
+  }
+  const std::vector<int64_t> saved = {3};
+  EXPECT_EQ(planBudget(ops, 250, &saved).save, (std::vector<bool>{true, true, false}));  // 150 left: mm's 10 µs
+}
+
 // Note [Dead ops are skipped]: what keeps an op alive.
 TEST(BudgetPlan, DeadOpsAreThoseNothingBackwardNeedsDependsOn) {
   const std::vector<int64_t> saved = {2, 3};
