@@ -15,7 +15,7 @@ hpac.load(os.environ.get("HPAC_LIBRARY"))
 
 OP_FIELDS = {"phase": str, "op": str, "occurrence": int, "decision": str, "answer": str, "rule": str,
              "output_bytes": int, "kept_bytes": int, "micros": (int, float)}
-DECISIONS = {"forward": {"save", "recompute", "ignore"}, "recompute": {"serve", "recompute", "ignore"}}
+DECISIONS = {"forward": {"save", "recompute", "ignore"}, "recompute": {"serve", "recompute", "skip", "ignore"}}
 
 
 def check_schema(data, modes):
@@ -69,6 +69,21 @@ def test_explain_moe_block_matches_stats_and_writes_files(tmp_path):
     assert out.data["stats"]["served"] > 0 and out.data["stats"]["recomputed"] > 0
     assert any(r["rule"].startswith("selective rule 2: matmul family") for r in out.data["ops"])
     assert "invocation stats: saved" in out.text
+
+
+def test_explain_a_budget_explains_its_plan_not_its_profile():
+    torch.manual_seed(0)
+    block = Block()
+    x = torch.randn(2, 16, 32, requires_grad=True)
+    budget = hpac.budget(1.0)
+    out = hpac.explain(block, x, policy=budget, modes=("off",))
+    assert out.data["mode"] == "budget" and budget.stage == "planned"
+    rows = out.data["ops"]
+    assert all(r["rule"].startswith("budget plan entry") for r in rows if r["phase"] == "forward"
+               and r["decision"] != "ignore")
+    skipped = [r for r in rows if r["decision"] == "skip"]
+    assert len(skipped) == out.data["stats"]["skipped"] == budget.status()["skipped_ops"] > 0
+    assert sum(r["decision"] == "serve" for r in rows) == out.data["stats"]["served"] > 0
 
 
 def test_explain_bytes_of_a_hand_computed_region():
