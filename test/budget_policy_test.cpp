@@ -86,15 +86,22 @@ TEST(BudgetPolicy, ProfilesOnceThenReplaysThePlanWithGradientsEqualToOff) {
   }
 }
 
+// tanh(relu(x @ w1) @ w2).sum() with 16 x 64 fp32 activations, counted by hand in the tests below.
+struct Chain {
+  bool seeded = (at::manual_seed(3), true);  // first member: seeds before the tensors below are drawn
+  at::Tensor x = at::randn({16, 32}).set_requires_grad(true);
+  at::Tensor w1 = at::randn({32, 64}).set_requires_grad(true);
+  at::Tensor w2 = at::randn({64, 64}).set_requires_grad(true);
+  at::Tensor operator()(const at::Tensor& in) const { return at::tanh(at::mm(at::relu(at::mm(in, w1)), w2)).sum(); }
+};
+
 // Note [What off keeps]: 1.0 is the bytes of the outputs autograd saves, counted by hand here: relu and tanh
 // save their results (16 x 64 fp32 each); the matmuls save their operands, which are the region's input, the
 // weights and relu's result (already counted); sum saves no tensor.
 TEST(BudgetPolicy, OneIsWhatCheckpointingOffKeeps) {
-  at::manual_seed(3);
-  const at::Tensor x = at::randn({16, 32}).set_requires_grad(true);
-  const at::Tensor w1 = at::randn({32, 64}).set_requires_grad(true);
-  const at::Tensor w2 = at::randn({64, 64}).set_requires_grad(true);
-  auto fn = [&](const at::Tensor& in) { return at::tanh(at::mm(at::relu(at::mm(in, w1)), w2)).sum(); };
+  const Chain c;
+  const at::Tensor &x = c.x, &w1 = c.w1, &w2 = c.w2;
+  auto fn = [&](const at::Tensor& in) { return c(in); };
   auto region = std::make_shared<BudgetRegion>(BudgetSpec{1.0, -1});
   for (int i = 0; i < 2; ++i) {
     CheckpointOptions o;
@@ -114,11 +121,9 @@ TEST(BudgetPolicy, OneIsWhatCheckpointingOffKeeps) {
 // results), so nothing the backward needs depends on the two matmuls or the sum: the recompute serves 2 ops,
 // skips 3, runs none.
 TEST(BudgetPolicy, OpsNothingBackwardNeedsAreSkippedInTheRecompute) {
-  at::manual_seed(3);
-  const at::Tensor x = at::randn({16, 32}).set_requires_grad(true);
-  const at::Tensor w1 = at::randn({32, 64}).set_requires_grad(true);
-  const at::Tensor w2 = at::randn({64, 64}).set_requires_grad(true);
-  auto fn = [&](const at::Tensor& in) { return at::tanh(at::mm(at::relu(at::mm(in, w1)), w2)).sum(); };
+  const Chain c;
+  const at::Tensor &x = c.x, &w1 = c.w1, &w2 = c.w2;
+  auto fn = [&](const at::Tensor& in) { return c(in); };
   const auto off = torch::autograd::grad({fn(x)}, {x, w1, w2});
   auto region = std::make_shared<BudgetRegion>(BudgetSpec{1.0, -1});
   for (int i = 0; i < 3; ++i) {

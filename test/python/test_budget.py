@@ -89,18 +89,20 @@ def test_every_budget_matches_no_checkpointing_bit_for_bit(fraction, path):
     assert stats["saved"] == sum(b.status()["saved_ops"] for b in budgets)
 
 
-@pytest.mark.parametrize("path", ["checkpoint", "context_fn"] if HAS_CONTEXT_FN else ["checkpoint"])
-def test_one_is_what_checkpointing_off_keeps(path):
-    """Note [What off keeps], counted by hand: relu and tanh save their results (16 x 64 fp32 each); the matmuls
-    save their operands (the region's input, the weights, relu's result); sum saves no tensor."""
+def _chain():
+    """x, w1, w2 and tanh(relu(x @ w1) @ w2).sum(): 16 x 64 fp32 activations, counted by hand in the tests below."""
     torch.manual_seed(3)
     x = torch.randn(16, 32, requires_grad=True)
     w1 = torch.randn(32, 64, requires_grad=True)
     w2 = torch.randn(64, 64, requires_grad=True)
+    return x, w1, w2, lambda t: torch.tanh(torch.relu(t @ w1) @ w2).sum()
 
-    def fn(t):
-        return torch.tanh(torch.relu(t @ w1) @ w2).sum()
 
+@pytest.mark.parametrize("path", ["checkpoint", "context_fn"] if HAS_CONTEXT_FN else ["checkpoint"])
+def test_one_is_what_checkpointing_off_keeps(path):
+    """Note [What off keeps], counted by hand: relu and tanh save their results (16 x 64 fp32 each); the matmuls
+    save their operands (the region's input, the weights, relu's result); sum saves no tensor."""
+    x, w1, w2, fn = _chain()
     b = hpac.budget(1.0)
     for _ in range(2):
         if path == "checkpoint":
@@ -122,14 +124,7 @@ def test_ops_nothing_backward_needs_are_skipped_unless_told_not_to(skip_dead):
     """Note [Dead ops are skipped], counted by hand: at 1.0 the plan keeps relu's and tanh's results (what autograd
     saves), so the two matmuls and the sum only fed kept outputs: 3 skipped, 2 served, none run. skip_dead=False:
     the 3 run again."""
-    torch.manual_seed(3)
-    x = torch.randn(16, 32, requires_grad=True)
-    w1 = torch.randn(32, 64, requires_grad=True)
-    w2 = torch.randn(64, 64, requires_grad=True)
-
-    def fn(t):
-        return torch.tanh(torch.relu(t @ w1) @ w2).sum()
-
+    x, w1, w2, fn = _chain()
     ref = torch.autograd.grad(fn(x), [x, w1, w2])
     b = hpac.budget(1.0, skip_dead=skip_dead)
     for step in range(3):
