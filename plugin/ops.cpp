@@ -68,8 +68,6 @@ class InvocationHandle : public torch::CustomClassHolder {
   c10::Dict<std::string, int64_t> stats() const { return toDict(invocation_->stats()); }
   int64_t storedEntries() const { return static_cast<int64_t>(invocation_->storedEntries()); }
   void recordOps(bool on) { invocation_->recordOps(on); }
-  // Whether the forward now running is a budget profile (Python then reports what autograd saves).
-  bool profiling() const { return invocation_->profiling(); }
   // Whether note_saved wants this forward's saved tensors (a budget profile, or a plan that skips ops).
   bool watchesSaved() const { return invocation_->watchesAutogradSaves(); }
   void noteSaved(const at::Tensor& t) { invocation_->noteAutogradSaved(t); }
@@ -227,7 +225,6 @@ void registerHpacOps(torch::Library& m) {
       .def("stats", &InvocationHandle::stats)
       .def("stored_entries", &InvocationHandle::storedEntries)
       .def("record_ops", &InvocationHandle::recordOps)
-      .def("profiling", &InvocationHandle::profiling)
       .def("watches_saved", &InvocationHandle::watchesSaved)
       .def("note_saved", &InvocationHandle::noteSaved)
       .def("op_log", &InvocationHandle::opLog)

@@ -15,8 +15,8 @@
 //       kind: "selective" (built-in policy), "full" (recompute everything), "save_list"
 //       .id() -> int, .enter(phase: "forward"|"recompute"), .exit(completed: bool), .stats() -> Dict[str, int],
 //       .stored_entries() -> int, .record_ops(on: bool), .op_log() -> List[str],
-//       .profiling() -> bool (this forward is a budget profile), .watches_saved() -> bool (note_saved wants
-//       this forward's saved tensors), .note_saved(Tensor) (autograd saved it)
+//       .watches_saved() -> bool (note_saved wants this forward's saved tensors: a budget profile, or a
+//       plan that skips ops), .note_saved(Tensor) (autograd saved it)
 //       ("forward aten::mm saved", "recompute aten::mm served", ...: every op handed to the invocation)
 //   torch.classes.hpac.BudgetRegion(fraction: Optional[float], bytes: Optional[int], profile_invocations: int,
 //                                   max_replans: int, skip_dead: bool, plan_text: Optional[str], plan_source: str)

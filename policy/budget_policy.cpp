@@ -23,12 +23,6 @@ const char* toString(BudgetRegion::Stage stage) {
 
 namespace {
 
-std::string nameOf(const c10::OperatorName& name) {
-  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
-}
-// An OpId (policy/op_tables.h) is the address of the op's registered name.
-std::string nameOf(const void* id) { return nameOf(*static_cast<const c10::OperatorName*>(id)); }
-
 void checkBudgetValues(bool has_fraction, double fraction, bool has_bytes, int64_t bytes, int64_t profile_invocations,
                        int64_t max_replans) {
   TORCH_CHECK(has_fraction != has_bytes, "hpac budget: give exactly one of a fraction in [0, 1] or a number of bytes",
@@ -144,8 +138,8 @@ class BudgetPolicy final : public Policy {
  private:
   // Note [Plan files]: a loaded plan that the region does not follow is the user's error.
   [[noreturn]] void throwPlanMismatch(size_t i, const OpContext& ctx) const {
-    const std::string got = nameOf(opId(ctx.op)) + " occurrence " + std::to_string(ctx.occurrence);
-    const std::string want = i < keys_->size() ? nameOf((*keys_)[i].first) + " occurrence " +
+    const std::string got = qualifiedOpName(ctx.op.operator_name()) + " occurrence " + std::to_string(ctx.occurrence);
+    const std::string want = i < keys_->size() ? qualifiedOpName(operatorNameOf((*keys_)[i].first)) + " occurrence " +
                                                      std::to_string((*keys_)[i].second)
                                                : "the end of the plan (" + std::to_string(keys_->size()) + " ops)";
     TORCH_CHECK(false, "hpac budget: the plan '", region_->planSource(), "' does not match the region: its op ", i,
@@ -319,7 +313,7 @@ std::string BudgetRegion::planText() const {
   out << "ops " << profile_.size() << "\n";
   for (size_t i = 0; i < profile_.size(); ++i) {
     const ProfiledOp& p = profile_[i];
-    const auto* name = static_cast<const c10::OperatorName*>(p.id);  // OpId: the registered name's address
+    const c10::OperatorName* name = &operatorNameOf(p.id);
     int64_t bytes = 0;
     for (const auto& [id, size] : p.storages) bytes += size;
     const bool skip = i < plan_.skip.size() && plan_.skip[i];
@@ -367,7 +361,7 @@ std::shared_ptr<BudgetRegion> BudgetRegion::fromPlanText(const std::string& text
                 overload.empty() ? name : name + "." + overload,
                 " is not registered in this process (a plan replays only where its ops exist)");
     p.id = opId(*handle);
-    p.op = nameOf(handle->operator_name());
+    p.op = qualifiedOpName(handle->operator_name());
     p.storages.emplace_back(i, bytes);
     plan.save.push_back(decision == "keep");
     plan.skip.push_back(decision == "skip");

@@ -98,8 +98,9 @@ class Policy {
   // invocation records the answer with the op's output shapes and skips only
   // ops whose schema allows it.
   virtual bool skipInRecompute() const { return false; }
-  // Whether this forward may answer skipInRecompute() true at all (then the
-  // invocation watches what autograd saves, Note [Skips are verified]).
+  // Asked once when a forward begins: whether it may answer skipInRecompute()
+  // true at all (only then is that asked per op, and the invocation watches
+  // what autograd saves, Note [Skips are verified]).
   virtual bool maySkipInRecompute() const { return false; }
 };
 

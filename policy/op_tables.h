@@ -49,6 +49,14 @@ using OpId = const void*;
 inline OpId opId(const c10::OperatorHandle& op) {
   return &op.operator_name();
 }
+// The registered name an OpId is the address of.
+inline const c10::OperatorName& operatorNameOf(OpId id) {
+  return *static_cast<const c10::OperatorName*>(id);
+}
+// "ns::op" or "ns::op.overload": how op logs, explain rows, profiles and plans name an op.
+inline std::string qualifiedOpName(const c10::OperatorName& name) {
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
 
 // Resolves one entry against the dispatcher: every matching handle (empty when
 // the op is absent). Throws c10::Error if `name` is not "ns::op[.overload]".

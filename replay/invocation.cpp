@@ -161,6 +161,7 @@ Invocation::~Invocation() = default;
 void Invocation::beginPhase(Phase phase) {
   phase_ = phase;
   profiling_ = phase == Phase::kForward && policy_->wantsProfile();
+  may_skip_ = phase == Phase::kForward && policy_->maySkipInRecompute();
   profile_ids_.clear();
   last_profiled_.reset();
   last_profiled_op_.reset();
@@ -179,7 +180,6 @@ void Invocation::endPhase(bool completed) {
   if (phase_ == Phase::kForward) {  // Note [Skips are verified]
     if (skips_void_ || !completed) skipped_.clear();
     skip_storages_.clear();
-    skip_holds_.clear();
     skips_void_ = false;
   }
   policy_->onPhaseEnd(phase_ == Phase::kRecompute, completed);
@@ -244,7 +244,7 @@ Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& 
   if (C10_UNLIKELY(record_ops_)) logOp(phase, op, save_op ? "saved" : "run");
   ++stats_.ops_forward;
   Admission admission{save_op ? Action::kSave : Action::kRun, occurrence};
-  admission.remember_skip = !save_op && !isSave(last_answer_) && policy_->skipInRecompute();
+  admission.remember_skip = may_skip_ && !save_op && !isSave(last_answer_) && policy_->skipInRecompute();
   if (C10_UNLIKELY(!skip_storages_.empty()) && !save_op && !admission.remember_skip && !returnsAlias(op)) {
     checkSkipReads(stack, num_args);  // an op the recompute runs
   }
@@ -329,10 +329,7 @@ void Invocation::observe(const Admission& admission, const c10::OperatorHandle& 
 
 void Invocation::noteAutogradSaved(const at::Tensor& t) {
   if (phase_ != Phase::kForward) return;
-  if (!skip_storages_.empty() && t.defined() && t.has_storage() &&
-      skip_storages_.count(t.storage().unsafeGetStorageImpl()) > 0) {
-    skips_void_ = true;  // Note [Skips are verified]
-  }
+  if (!skip_storages_.empty() && skip_storages_.find(t) >= 0) skips_void_ = true;  // Note [Skips are verified]
   if (!profiling_) return;
   // -1: a storage no op output named (an input, a parameter); the policy still learns that a hook reports.
   policy_->observeAutogradSaved(profile_ids_.find(t));
@@ -347,7 +344,7 @@ void Invocation::profileOp(const Admission& admission, const c10::OperatorHandle
   const size_t num_returns = schema.returns().size();
   ProfiledOp profile;
   const auto& name = op.operator_name();
-  profile.op = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+  profile.op = qualifiedOpName(name);
   profile.id = opId(op);
   profile.occurrence = admission.occurrence;
   profile.micros = static_cast<double>(nanos) / 1e3;
@@ -422,8 +419,7 @@ void Invocation::recordOp(const Admission& admission, const c10::OperatorHandle&
   DecisionRecorder& r = *recorder_;
   ExplainedOp row;
   row.phase = phase_;
-  const auto& name = op.operator_name();
-  row.op = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+  row.op = qualifiedOpName(op.operator_name());
   row.occurrence = admission.occurrence;
   row.micros = static_cast<double>(nanos) / 1e3;
   switch (admission.action) {
@@ -483,12 +479,7 @@ void Invocation::afterRun(const Admission& admission, const c10::OperatorHandle&
       r.options.push_back(t.options());
     }
     skipped_.insert_or_assign(Key{opId(op), admission.occurrence}, std::move(r));
-    for (size_t j = stack.size() - num_returns; j < stack.size(); ++j) {
-      const c10::Storage& storage = stack[j].toTensor().storage();
-      if (skip_storages_.insert(storage.unsafeGetStorageImpl()).second) {
-        skip_holds_.emplace_back(storage.getWeakStorageImpl());
-      }
-    }
+    for (size_t j = stack.size() - num_returns; j < stack.size(); ++j) skip_storages_.of(stack[j].toTensor());
   }
 }
 
@@ -506,17 +497,15 @@ bool Invocation::readsValues(const c10::OperatorHandle& op) const {
 // a view reads no values) or an ignored op that reads a storage a skip-marked
 // op returned, or a tensor autograd saves that lives in one, voids every skip
 // of the invocation when the forward ends; its recompute then runs them all.
-// Storages are compared by address; each marked StorageImpl is held by a weak
-// reference until the forward ends, which keeps the object (not its data)
-// allocated, so no later storage can take its address (a freed attention
-// score buffer's address taken by the next one voided every skip before).
+// The marked storages are named by StorageIds, whose weak references keep
+// each StorageImpl object (not its data) allocated until the forward ends, so
+// no later storage can take its address (a freed attention score buffer's
+// address taken by the next one voided every skip before).
 void Invocation::checkSkipReads(const torch::jit::Stack& stack, size_t num_args) {
   if (skips_void_) return;
   for (size_t i = stack.size() - num_args; i < stack.size() && !skips_void_; ++i) {
     forEachTensor(stack[i], [&](const at::Tensor& t) {
-      if (t.defined() && t.has_storage() && skip_storages_.count(t.storage().unsafeGetStorageImpl()) > 0) {
-        skips_void_ = true;
-      }
+      if (skip_storages_.find(t) >= 0) skips_void_ = true;
     });
   }
 }
@@ -576,9 +565,7 @@ bool Invocation::skippable(const c10::OperatorHandle& op, const torch::jit::Stac
 }
 
 void Invocation::logOp(Phase phase, const c10::OperatorHandle& op, const char* action) {
-  const auto& name = op.operator_name();
-  op_log_.push_back(std::string(toString(phase)) + " " + name.name +
-                    (name.overload_name.empty() ? "" : "." + name.overload_name) + " " + action);
+  op_log_.push_back(std::string(toString(phase)) + " " + qualifiedOpName(op.operator_name()) + " " + action);
 }
 
 // Note [Unsafe aliases]

@@ -28,7 +28,6 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 namespace hpac {
@@ -137,7 +136,7 @@ class Invocation {
   // Whether noteAutogradSaved() wants to hear of this forward's saved tensors:
   // a budget profile, or a forward that may skip ops (Note [Skips are verified]).
   bool watchesAutogradSaves() const {
-    return phase_ == Phase::kForward && (profiling_ || policy_->maySkipInRecompute());
+    return phase_ == Phase::kForward && (profiling_ || may_skip_);
   }
   // After the op (after keep() / serve() for kSave / kServe), with its time.
   void observe(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
@@ -211,6 +210,7 @@ class Invocation {
   std::unordered_map<OpId, int64_t> occurrences_[2];
   Phase phase_ = Phase::kForward;
   bool profiling_ = false;
+  bool may_skip_ = false;  // this forward's policy may mark ops to skip (Policy::maySkipInRecompute)
   StorageIds profile_ids_;  // Note [Profile storage ids]
   std::vector<int64_t> pending_reads_;  // profile: storage ids of the running op's tensor arguments
   std::unique_ptr<ProfiledOp> last_profiled_;  // profile: handed to the policy when the next counted op arrives
@@ -230,10 +230,10 @@ class Invocation {
 
   std::unordered_map<Key, Entry, KeyHash> storage_;
   std::unordered_map<Key, SkippedReturns, KeyHash> skipped_;  // Note [Dead ops are skipped]
-  // Note [Skips are verified]: storages of this forward's skip-marked outputs,
-  // and whether something the recompute runs or autograd saves read one.
-  std::unordered_set<const c10::StorageImpl*> skip_storages_;
-  std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> skip_holds_;  // their addresses stay theirs
+  // Note [Skips are verified]: storages of this forward's skip-marked outputs
+  // (held weakly, so their addresses stay theirs), and whether something the
+  // recompute runs or autograd saves read one.
+  StorageIds skip_storages_;
   std::vector<std::pair<c10::Device, at::Tensor>> scratch_;  // Note [Skipped outputs share one buffer]
   bool skips_void_ = false;
   void checkSkipReads(const torch::jit::Stack& stack, size_t num_args);

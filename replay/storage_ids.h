@@ -40,6 +40,7 @@ class StorageIds {
   }
   // An id no storage has: for snapshots (copies keep() would make).
   int64_t fresh() { return next_++; }
+  bool empty() const { return ids_.empty(); }
   // Forgets the storages (ids keep counting up).
   void clear() { ids_.clear(); }
 
