@@ -24,7 +24,7 @@ packages=(
   libbenchmark-dev
   libopenblas0-pthread
   python3-torch python3-pytest python3-venv
-  clang-14 libfuzzer-14-dev
+  clang-14 libfuzzer-14-dev libclang-rt-14-dev
 )
 
 missing=()

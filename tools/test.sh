@@ -18,8 +18,27 @@ pip_build=$root/build
 debian_build=$root/build-torch1.13
 start=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - start )) s"; }
+# stage NAME: ends the stage running so far (its seconds go to the summary printed at the end) and starts NAME.
+stage_names=() stage_seconds=() stage_name="" stage_start=$start
+stage() {
+  local now
+  now=$(date +%s)
+  [ -z "$stage_name" ] || { stage_names+=("$stage_name"); stage_seconds+=($((now - stage_start))); }
+  stage_name=$1 stage_start=$now
+}
+stage "set-up + preflight"
 
+# Set up first, then check in seconds that every tool and header the stages below need is there (tools/preflight.sh
+# names the missing package), rather than failing in the middle of a long build.
+"$root/tools/setup.sh"
+preflight=(build)
+[ "${HPAC_SKIP_FUZZ:-0}" = 1 ] || preflight+=(fuzz)
+[ "${HPAC_SKIP_SANITIZER:-0}" = 1 ] || preflight+=(sanitizer)
+"$root/tools/preflight.sh" "${preflight[@]}"
+
+stage "build (torch 2.13)"
 HPAC_BUILD_DIR=$pip_build "$root/tools/build.sh" --torch pip
+stage "build (torch 1.13)"
 HPAC_BUILD_DIR=$debian_build "$root/tools/build.sh" --torch debian -DHPAC_WITH_TRAINER=OFF -DHPAC_WITH_BENCH=OFF
 
 # run_leg NAME BUILD FOREIGN_LIBRARY [ctest args...]: runs the leg's CTest entries, prints and returns the count.
@@ -27,6 +46,7 @@ total=0
 run_leg() {
   local name=$1 build=$2 foreign=$3
   shift 3
+  stage "tests: $name"
   echo "[hpac test] leg $name ($(elapsed) so far)"
   (cd "$build" && HPAC_FOREIGN_LIBRARY=$foreign ctest --output-on-failure -j "$jobs" "$@" | tee "$build/ctest.log")
   local n
@@ -43,12 +63,14 @@ run_leg "torch 2.13 (pip)" "$pip_build" "$debian_build/plugin/libhpac.so"
 run_leg "torch 1.13 (Debian)" "$debian_build" "$pip_build/plugin/libhpac.so" -E '^dist\.'
 
 # ---- packaging stage: pip wheel + fresh venv, cmake --install + find_package(hpac) consumer ------------------------
+stage "packaging"
 echo "[hpac test] packaging stage ($(elapsed) so far)"
 HPAC_BUILD_DIR=$pip_build HPAC_FOREIGN_BUILD=$debian_build "$root/tools/package_test.sh"
 echo "[hpac test] packaging stage passed"
 # ---- end of the packaging stage ------------------------------------------------------------------------------------
 # Coverage-guided fuzzing, short and seeded: each parser ~30 s from its checked-in corpus (tools/fuzz.sh).
 if [ "${HPAC_SKIP_FUZZ:-0}" != 1 ]; then
+  stage "libFuzzer (build + runs)"
   echo "[hpac test] libFuzzer stage ($(elapsed) so far)"
   HPAC_BUILD_DIR=$pip_build "$root/tools/fuzz.sh" "${HPAC_FUZZ_SECONDS:-30}"
 fi
@@ -60,6 +82,7 @@ if [ "${HPAC_SKIP_SANITIZER:-0}" != 1 ]; then
   # CCACHE_NOHASHDIR: objects cached in another checkout serve this one (their debug info names that checkout's paths).
   asan=${pip_build}-asan
   suites=(test/hpac_tests test/trainer/hpac_trainer_tests test/hpac_fuzz_tests)
+  stage "sanitizer build"
   echo "[hpac test] sanitizer stage: ASan + UBSan build of every GoogleTest suite in $asan ($(elapsed) so far)"
   CCACHE_NOHASHDIR=1 HPAC_BUILD_DIR=$asan HPAC_BUILD_TARGETS="hpac_tests hpac_trainer_tests hpac_fuzz_tests" \
     "$root/tools/build.sh" --torch pip -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
@@ -67,6 +90,7 @@ if [ "${HPAC_SKIP_SANITIZER:-0}" != 1 ]; then
   # halt_on_error keeps CI honest; LeakSanitizer on. See docs/reliability.md for what they report. The suites run at
   # the same time (the core's is the longest, the trainer's and the fuzz suite's together about as long), each into
   # its log; a failing suite's log is printed whole.
+  stage "sanitizer runs"
   echo "[hpac test] sanitizer stage: running ${suites[*]} ($(elapsed) so far)"
   pids=()
   for suite in "${suites[@]}"; do
@@ -87,4 +111,6 @@ if [ "${HPAC_SKIP_SANITIZER:-0}" != 1 ]; then
   [ "$failed" = 0 ] || exit 1
   echo "[hpac test] sanitizer stage passed ($(elapsed) so far)"
 fi
+stage ""
+for i in "${!stage_names[@]}"; do printf '[hpac test] %6d s  %s\n' "${stage_seconds[$i]}" "${stage_names[$i]}"; done
 echo "[hpac test] all passed in $(elapsed): $total CTest entries over both torch legs + fuzz and sanitizer stages"
