@@ -3,6 +3,7 @@
 #include "plugin/fallback.h"
 #include "policy/budget_policy.h"
 #include "policy/policy_kind.h"
+#include "policy/traced_policy.h"
 #include "replay/dispatch_key.h"
 #include "replay/explain.h"
 #include "replay/invocation.h"
@@ -149,6 +150,34 @@ class BudgetRegionHandle : public torch::CustomClassHolder {
   std::shared_ptr<BudgetRegion> region_;
 };
 
+// One checkpoint region that torch.compile traces (hpac's compiled path,
+// plugin/python/hpac/_compile.py): the policy's answer per traced op, as the
+// int of torch.utils.checkpoint.CheckpointPolicy (the same order as hpac's).
+class TracedPolicyHandle : public torch::CustomClassHolder {
+ public:
+  TracedPolicyHandle(const std::string& kind, const std::vector<std::string>& save_list)
+      : traced_(policyForKind(parsePolicyKind(kind, "hpac.TracedPolicy"), save_list, "hpac.TracedPolicy")) {}
+
+  // name "ns::op", overload "" for the default overload.
+  int64_t decide(const std::string& name, const std::string& overload) {
+    const auto op = c10::Dispatcher::singleton().findSchema({name, overload});
+    const CheckpointPolicy answer =
+        op ? traced_.decide(*op) : traced_.decideUnregistered(overload.empty() ? name : name + "." + overload);
+    return static_cast<int64_t>(answer);
+  }
+  std::vector<std::string> log() const { return traced_.log(); }
+  c10::Dict<std::string, int64_t> stats() const {
+    c10::Dict<std::string, int64_t> d;
+    d.insert("counted", traced_.counted());
+    d.insert("ignored", traced_.ignored());
+    d.insert("saved", traced_.saved());
+    return d;
+  }
+
+ private:
+  TracedPolicy traced_;
+};
+
 // Explain from Python (hpac.explain): the report is assembled and rendered by
 // the same C++ as hpac-explain's (replay/explain.h).
 class ExplainHandle : public torch::CustomClassHolder {
@@ -239,6 +268,12 @@ void registerHpacOps(torch::Library& m) {
       .def("micros", &BudgetRegionHandle::micros)
       .def("plan_text", &BudgetRegionHandle::planText)
       .def("plan_source", &BudgetRegionHandle::planSource);
+
+  m.class_<TracedPolicyHandle>("TracedPolicy")
+      .def(torch::init<std::string, std::vector<std::string>>())
+      .def("decide", &TracedPolicyHandle::decide)
+      .def("log", &TracedPolicyHandle::log)
+      .def("stats", &TracedPolicyHandle::stats);
 
   m.class_<ExplainHandle>("Explain")
       .def(torch::init<std::string, std::string, std::string>())

@@ -93,6 +93,16 @@ class ResolvedOpTables {
   // (aten::_unsafe_view, aten::unsafe_split...): in-place writes through them
   // are invisible to the input's version counter (see Note [Unsafe aliases]).
   bool isUnsafeAlias(const c10::OperatorHandle& op) const { return unsafe_alias_.count(opId(op)) != 0; }
+  // Whether the op's result aliases an input without writing it: a view (`Tensor(a) self -> Tensor(a)`) or an
+  // unsafe alias. Such an op is never saved, whatever a policy answers (Note [Views are recomputed] in
+  // replay/invocation.cpp), in eager replay and under a compiler alike (policy/traced_policy.h).
+  bool returnsAlias(const c10::OperatorHandle& op) const {
+    if (isUnsafeAlias(op)) return true;
+    for (const auto& ret : op.schema().returns()) {
+      if (ret.alias_info() != nullptr && !ret.alias_info()->isWrite()) return true;
+    }
+    return false;
+  }
   const std::vector<std::string>& missingOptional() const { return missing_optional_; }
   size_t resolvedCount() const { return category_.size(); }
 

@@ -240,12 +240,12 @@ Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& 
                       c10::ArrayRef<c10::IValue>(stack.data() + stack.size() - num_args, num_args)};
   last_answer_ = policy_->decide(ctx);
   // Note [Views are recomputed]
-  const bool save_op = isSave(last_answer_) && !returnsAlias(op);
+  const bool save_op = isSave(last_answer_) && !tables_.returnsAlias(op);
   if (C10_UNLIKELY(record_ops_)) logOp(phase, op, save_op ? "saved" : "run");
   ++stats_.ops_forward;
   Admission admission{save_op ? Action::kSave : Action::kRun, occurrence};
   admission.remember_skip = may_skip_ && !save_op && !isSave(last_answer_) && policy_->skipInRecompute();
-  if (C10_UNLIKELY(!skip_storages_.empty()) && !save_op && !admission.remember_skip && !returnsAlias(op)) {
+  if (C10_UNLIKELY(!skip_storages_.empty()) && !save_op && !admission.remember_skip && !tables_.returnsAlias(op)) {
     checkSkipReads(stack, num_args);  // an op the recompute runs
   }
   return admission;
@@ -260,14 +260,9 @@ Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& 
 // itself as the view (refused: "View operation returned a tensor that is the
 // same as the input base") or cut it from its base, so that a later in-place
 // write in the recompute reaches one and not the other. The built-in tables
-// save no such op; save lists and budget plans may name them.
-bool Invocation::returnsAlias(const c10::OperatorHandle& op) const {
-  if (tables_.isUnsafeAlias(op)) return true;
-  for (const auto& ret : op.schema().returns()) {
-    if (ret.alias_info() != nullptr && !ret.alias_info()->isWrite()) return true;
-  }
-  return false;
-}
+// save no such op; save lists and budget plans may name them. The test is
+// ResolvedOpTables::returnsAlias (policy/op_tables.h), which the traced policy
+// of a compiled region applies too.
 
 // Note [Decisions are recorded]
 // The policy decides once, in the forward; what it decided is recorded as the
@@ -348,7 +343,7 @@ void Invocation::profileOp(const Admission& admission, const c10::OperatorHandle
   profile.id = opId(op);
   profile.occurrence = admission.occurrence;
   profile.micros = static_cast<double>(nanos) / 1e3;
-  profile.view = returnsAlias(op);  // Note [Views are recomputed]
+  profile.view = tables_.returnsAlias(op);  // Note [Views are recomputed]
   for (size_t j = 0; j < num_returns; ++j) {
     const c10::IValue& ret = stack[stack.size() - num_returns + j];
     const bool snapshot = aliasedArgument(schema, j) >= 0;
@@ -486,7 +481,7 @@ void Invocation::afterRun(const Admission& admission, const c10::OperatorHandle&
 // Whether an ignored op reads its arguments' values: not views (aten::view,
 // detach) nor empty_like, which read only sizes (Note [Dead ops are skipped]).
 bool Invocation::readsValues(const c10::OperatorHandle& op) const {
-  return !returnsAlias(op) && op.operator_name().name != "aten::empty_like";
+  return !tables_.returnsAlias(op) && op.operator_name().name != "aten::empty_like";
 }
 
 // Note [Skips are verified]

@@ -223,7 +223,6 @@ class Invocation {
   void recordOp(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                 int64_t nanos);
   void releaseUnserved(bool completed);
-  bool returnsAlias(const c10::OperatorHandle& op) const;
   void release(Entry& entry);
   void watchUnsafeAliases(const torch::jit::Stack& stack, size_t num_returns);
   void copyOnWrite(const c10::FunctionSchema& schema, const torch::jit::Stack& stack);

@@ -3,6 +3,8 @@
 #include "policy/checkpoint_policy.h"
 #include "policy/op_tables.h"
 #include "policy/selective_policy.h"
+#include "policy/traced_policy.h"
+#include "policy/budget_policy.h"
 #include "replay/invocation.h"
 #include "replay/region.h"
 
@@ -199,6 +201,51 @@ TEST(SelectivePolicy, CountersArePerInvocation) {
   EXPECT_EQ(decide(*a, mm), CheckpointPolicy::MUST_SAVE);
   EXPECT_EQ(decide(*a, mm), CheckpointPolicy::MUST_RECOMPUTE);
   EXPECT_EQ(decide(*b, mm), CheckpointPolicy::MUST_SAVE);  // a fresh invocation starts at the 1st matmul
+}
+
+// The policy a compiled region's tags come from: the same rules as eager, one
+// counter per traced region, ignored ops not counted, views never saved.
+TEST(TracedPolicy, AsksThePolicyLikeAnEagerForward) {
+  std::vector<std::pair<std::string, int64_t>> asked;  // (op, occurrence) as the policy saw them
+  auto recording = functionPolicy([&](const OpContext& ctx) {
+    asked.emplace_back(ctx.op.operator_name().name, ctx.occurrence);
+    return ctx.op.operator_name().name == "aten::t" ? CheckpointPolicy::MUST_SAVE : CheckpointPolicy::PREFER_SAVE;
+  });
+  TracedPolicy traced(recording);
+  const auto mm = handle("aten::mm");
+  EXPECT_EQ(traced.decide(mm), CheckpointPolicy::PREFER_SAVE);
+  EXPECT_EQ(traced.decide(handle("aten::detach")), CheckpointPolicy::PREFER_RECOMPUTE);  // ignored table
+  EXPECT_EQ(traced.decide(handle("aten::t")), CheckpointPolicy::MUST_RECOMPUTE);         // a view: never saved
+  EXPECT_EQ(traced.decide(mm), CheckpointPolicy::PREFER_SAVE);
+  EXPECT_EQ(traced.decideUnregistered("tag_activation_checkpoint"), CheckpointPolicy::PREFER_RECOMPUTE);
+  const std::vector<std::pair<std::string, int64_t>> expected{{"aten::mm", 0}, {"aten::t", 0}, {"aten::mm", 1}};
+  EXPECT_EQ(asked, expected);
+  EXPECT_EQ(traced.counted(), 3);
+  EXPECT_EQ(traced.ignored(), 1);
+  EXPECT_EQ(traced.saved(), 2);
+  const std::vector<std::string> log{"aten::mm PREFER_SAVE", "aten::detach ignored", "aten::t MUST_RECOMPUTE",
+                                     "aten::mm PREFER_SAVE", "tag_activation_checkpoint unregistered"};
+  EXPECT_EQ(traced.log(), log);
+}
+
+TEST(TracedPolicy, SelectiveAlternatesPerTracedRegion) {
+  const auto mm = handle("aten::mm");
+  TracedPolicy first(selectivePolicy());
+  EXPECT_EQ(first.decide(mm), CheckpointPolicy::MUST_SAVE);
+  EXPECT_EQ(first.decide(mm), CheckpointPolicy::MUST_RECOMPUTE);
+  EXPECT_EQ(first.decide(handle("aten::topk")), CheckpointPolicy::MUST_RECOMPUTE);
+  TracedPolicy second(selectivePolicy());  // another checkpoint call: its own counter
+  EXPECT_EQ(second.decide(mm), CheckpointPolicy::MUST_SAVE);
+}
+
+TEST(TracedPolicy, RefusesABudgetThatWouldProfile) {
+  auto region = std::make_shared<BudgetRegion>(makeBudgetSpec(0.5, std::nullopt, 1, 2));
+  try {
+    TracedPolicy traced(region->factory());
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("activation_memory_budget"), std::string::npos) << e.what();
+  }
 }
 
 TEST(PolicyAdapters, BoolAndSaveList) {

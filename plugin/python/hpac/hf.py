@@ -38,6 +38,7 @@ import torch
 import torch.utils.checkpoint
 
 import hpac
+from hpac._wrap import unwrap_checkpoint, wrap_forward
 
 __all__ = [
     "load_config_library", "load_config", "parse_config", "load_registry", "discover", "prepare", "Preparation",
@@ -241,11 +242,7 @@ class PreparedLayer:
         self._invocations = []    # hpac Invocations of this layer's calls, until take_layer_stats()
 
     def _context_fn(self, policy):
-        def make_contexts():
-            inv = hpac.Invocation(policy, record_ops=self.record_ops)
-            self._invocations.append(inv)
-            return inv.region("forward"), inv.region("recompute")
-        return make_contexts
+        return hpac.context_fn(policy, on_invocation=self._invocations.append, record_ops=self.record_ops)
 
     def take_stats(self):
         total = {}
@@ -335,21 +332,16 @@ def _children_named(module, lists):
     return [name for names in lists for name in names if name in module._modules]
 
 
-def _checkpointed_forward(original, context_fn, *args, **kwargs):
+def _torch_checkpointed(context_fn, original, *args, **kwargs):
     if not torch.is_grad_enabled():
         return original(*args, **kwargs)
     return torch.utils.checkpoint.checkpoint(original, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
 
 
 def _wrap(module, context_fn):
-    original = module.forward
-    module.forward = functools.partial(_checkpointed_forward, original, context_fn)
-    module._hpac_original_forward = original
-
-
-def _unwrap(module):
-    if module.__dict__.pop("_hpac_original_forward", None) is not None:
-        module.__dict__.pop("forward", None)
+    """torch.utils.checkpoint around module's forward with hpac's context_fn: the one wrap mechanism
+    (hpac._wrap.wrap_forward, which hpac.checkpoint_wrapper uses too; unwrap_checkpoint undoes either)."""
+    wrap_forward(module, functools.partial(_torch_checkpointed, context_fn))
 
 
 def _supports_native(layer_module):
@@ -494,9 +486,9 @@ def prepare(model, config, registry=None, log=log_to_stderr, record_ops=False):
 def unprepare(model, prep):
     """Undoes prepare's wrapping (use_cache is left as prepare set it)."""
     for p in prep.layers:
-        _unwrap(p.module)
+        unwrap_checkpoint(p.module)
         for name in p.submodules:
-            _unwrap(p.module._modules[name])
+            unwrap_checkpoint(p.module._modules[name])
     if prep._native_model is not None:
         native = prep._native_model
         (native.activation_checkpointing_disable if hasattr(native, "activation_checkpointing_disable")

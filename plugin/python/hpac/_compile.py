@@ -1,0 +1,72 @@
+"""hpac under torch.compile (Note [hpac under torch.compile], docs/design.md).
+
+Inside compiled code no op passes hpac's dispatch key. When torch.compile traces a region checkpointed with
+hpac.context_fn (or hpac.checkpoint / checkpoint_wrapper, which then take torch.utils.checkpoint's path), the
+region's contexts are PyTorch's own selective checkpoint modes (torch.utils.checkpoint.
+create_selective_checkpoint_contexts), whose policy function asks hpac's C++ policy about each traced op
+(torch.classes.hpac.TracedPolicy, policy/traced_policy.h): the same rules, tables, save lists and per-region
+counters as in eager. The answer becomes the traced node's `recompute` tag, which the partitioner obeys (MUST_*) or
+may override (PREFER_*). The rules live in C++ only; this module only forwards op names and answers.
+"""
+import collections
+from typing import Deque
+
+import torch
+
+# The TracedPolicy handles of the regions traced last (newest at the end), for tests and tools that show what the
+# policy saw under compile. Bounded: a long training job traces each layer shape once, but keeps nothing here.
+TRACED: Deque = collections.deque(maxlen=64)
+
+_MODE_KEYS = getattr(torch._C, "_TorchDispatchModeKey", None)  # torch >= 2.1
+
+
+def dynamo_tracing() -> bool:
+    """Whether Dynamo is tracing the running Python code (torch.compile's front end)."""
+    compiler = getattr(torch, "compiler", None)
+    return compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling()
+
+
+def tracing() -> bool:
+    """Whether the running ops are being traced rather than run: Dynamo, AOTAutograd's trace (a proxy mode is
+    active: torch.utils.checkpoint's own test) or the fake-tensor pass torch.compile makes of a checkpointed body."""
+    if dynamo_tracing():
+        return True
+    if _MODE_KEYS is None:
+        return False
+    get = torch._C._get_dispatch_mode
+    return get(_MODE_KEYS.PROXY) is not None or get(_MODE_KEYS.FAKE) is not None
+
+
+def _op_name(op):
+    """(name, overload) of a traced op as the dispatcher names it ('aten::mm', ''); a higher-order operator has
+    no schema: (its name, '')."""
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return str(getattr(op, "_name", op)), ""
+    overload = op._overloadname
+    return schema.name, "" if overload == "default" else overload
+
+
+def traced_contexts(policy, allow_cache_entry_mutation: bool):
+    """PyTorch's (caching, cached) selective checkpoint modes for one traced region, deciding with a new
+    TracedPolicy of `policy` (a kind name or a save list; a Budget is refused)."""
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    from ._budget import Budget
+    from ._regions import _policy_kind
+
+    if isinstance(policy, Budget):
+        raise RuntimeError(
+            "hpac: a memory budget (hpac.budget) cannot decide a region that torch.compile traces: its plan is made "
+            "from an eager profile of the region, which compiled code never runs. Under torch.compile use its own "
+            "budget: torch._functorch.config.activation_memory_budget = 0.5 with the region checkpointed by "
+            "torch.utils.checkpoint (no context_fn); or run the budgeted region eagerly")
+    kind, names = _policy_kind(policy)
+    traced = torch.classes.hpac.TracedPolicy(kind, names)
+    TRACED.append(traced)
+    answers = list(CheckpointPolicy)  # the same order as hpac's CheckpointPolicy (policy/checkpoint_policy.h)
+
+    def policy_fn(ctx, op, *args, **kwargs):
+        return answers[traced.decide(*_op_name(op))]
+
+    return create_selective_checkpoint_contexts(policy_fn, allow_cache_entry_mutation)

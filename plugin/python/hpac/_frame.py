@@ -1,0 +1,168 @@
+"""hpac.checkpoint: hpac's own non-reentrant checkpoint frame, built on torch.autograd.graph.saved_tensors_hooks
+(works on torch 1.13, which has no context_fn). Under torch.compile it takes torch.utils.checkpoint's path with
+hpac's context_fn instead (Dynamo cannot trace this frame's hooks)."""
+import contextlib
+import threading
+from typing import Any, Callable, Union
+
+import torch
+
+from . import _compile
+from ._regions import Invocation, PolicyLike, _cache_entry_mutation, context_fn
+
+# torch.utils.checkpoint's determinism_check values, and hpac's earlier bools.
+_DETERMINISM_CHECKS = ("default", "none")
+
+
+def _determinism_check_on(value: Union[str, bool]) -> bool:
+    if isinstance(value, bool):
+        return value
+    if value not in _DETERMINISM_CHECKS:
+        raise ValueError(f"hpac.checkpoint: determinism_check {value!r} is not allowed; allowed: "
+                         f"{', '.join(repr(v) for v in _DETERMINISM_CHECKS)} (as torch.utils.checkpoint), True, False")
+    return value == "default"
+
+
+def _cuda_devices(tensors):
+    return sorted({t.device.index for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda})
+
+
+class _Placeholder:
+    __slots__ = ("frame", "index")
+
+    def __init__(self, frame, index):
+        self.frame = frame
+        self.index = index
+
+
+class _Frame:
+    """State of one hpac.checkpoint call; owned by the placeholders in the graph."""
+
+    def __init__(self, fn, args, kwargs, invocation, preserve_rng_state, determinism_check):
+        self.fn = fn
+        self.kwargs = kwargs
+        self.args = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+        self.requires_grad = [isinstance(a, torch.Tensor) and a.requires_grad for a in args]
+        self.invocation = invocation
+        self.forward_region = invocation.region("forward")
+        self.determinism_check = determinism_check
+        self.meta = []
+        self.recomputed = {}
+        self.lock = threading.Lock()
+        self.devices = _cuda_devices(args) if preserve_rng_state else None
+        if preserve_rng_state:
+            self.cpu_rng = torch.get_rng_state()
+            self.cuda_rng = [torch.cuda.get_rng_state(d) for d in self.devices]
+
+    def pack(self, tensor):
+        # torch 1.13: the forward region cannot wrap these hooks and asks the frame to report what autograd saves.
+        note = getattr(self.forward_region, "note_saved", None)
+        if note is not None:
+            note(tensor)
+        self.meta.append((tensor.shape, tensor.dtype, tensor.device))
+        return _Placeholder(self, len(self.meta) - 1)
+
+    def unpack(self, placeholder):
+        if _compile.tracing():
+            raise RuntimeError(
+                "hpac: hpac.checkpoint's own frame cannot be traced by compiled autograd "
+                "(torch._dynamo.compiled_autograd), which runs its recompute on traced tensors; checkpoint with "
+                "torch.utils.checkpoint.checkpoint(fn, ..., use_reentrant=False, context_fn=hpac.context_fn(policy)) "
+                "instead, which compiled autograd runs")
+        with self.lock:
+            if placeholder.index not in self.recomputed:
+                self._recompute()
+            return self.recomputed.pop(placeholder.index)
+
+    @contextlib.contextmanager
+    def _forward_rng(self):
+        if self.devices is None:
+            yield
+            return
+        with torch.random.fork_rng(devices=self.devices):
+            torch.set_rng_state(self.cpu_rng)
+            for d, state in zip(self.devices, self.cuda_rng):
+                torch.cuda.set_rng_state(state, d)
+            yield
+
+    def _recompute(self):
+        inputs = [a.detach().requires_grad_(rg) if isinstance(a, torch.Tensor) else a
+                  for a, rg in zip(self.args, self.requires_grad)]
+        collected = []
+
+        def pack(tensor):
+            collected.append(tensor.detach())
+            return None
+
+        def unpack(_):
+            raise RuntimeError("hpac: a tensor saved during a checkpoint recompute was unpacked")
+
+        with self._forward_rng(), torch.enable_grad(), \
+                torch.autograd.graph.saved_tensors_hooks(pack, unpack), self.invocation.region("recompute"):
+            self.fn(*inputs, **self.kwargs)
+        if self.determinism_check:
+            self._check(collected)
+        self.recomputed = dict(enumerate(collected))
+
+    def _check(self, collected):
+        inv = self.invocation.id
+        if len(collected) != len(self.meta):
+            raise RuntimeError(
+                f"hpac: checkpoint invocation {inv} is not deterministic: the forward saved {len(self.meta)} "
+                f"tensors for backward but the recompute saved {len(collected)}. The checkpointed function must run "
+                "the same ops in backward as in forward.")
+        for i, (t, (shape, dtype, device)) in enumerate(zip(collected, self.meta)):
+            if t.shape != shape or t.dtype != dtype or t.device != device:
+                raise RuntimeError(
+                    f"hpac: checkpoint invocation {inv} is not deterministic: saved tensor #{i} was "
+                    f"{tuple(shape)} {dtype} on {device} in forward but {tuple(t.shape)} {t.dtype} on {t.device} "
+                    "in the recompute.")
+
+
+def checkpoint(fn: Callable, *args: Any, policy: PolicyLike = "selective", preserve_rng_state: bool = True,
+               determinism_check: Union[str, bool] = "default", allow_cache_entry_mutation: bool = False,
+               allow_cache_mutation: Union[bool, None] = None, **kwargs: Any) -> Any:
+    """Non-reentrant checkpoint of fn(*args, **kwargs) with the policy run by hpac in C++.
+
+    Works on torch 1.13 (no context_fn there): autograd's saved tensors become placeholders
+    (torch.autograd.graph.saved_tensors_hooks); the first one unpacked in backward re-runs fn in the recompute
+    phase with the forward's RNG state, and ops the policy saved are served from hpac's storage. Under no-grad
+    fn runs plainly. While torch.compile traces it, the call is torch.utils.checkpoint.checkpoint(fn, ...,
+    use_reentrant=False, context_fn=hpac.context_fn(policy)): the compiler recomputes what the policy marks.
+
+    Args:
+        fn: the function (or module) to checkpoint.
+        *args: its positional arguments.
+        policy: a kind name ("selective", "full"), a save list of op names, or a Budget.
+        preserve_rng_state: the recompute runs with the forward's CPU and CUDA RNG states.
+        determinism_check: "default" compares the number, shapes, dtypes and devices of the tensors autograd saved
+            in forward and in the recompute; "none" does not (torch.utils.checkpoint's values; True / False too).
+        allow_cache_entry_mutation: outputs kept for the recompute may be mutated in place afterwards (they are
+            cloned when saved).
+        allow_cache_mutation: the old name of allow_cache_entry_mutation.
+        **kwargs: fn's keyword arguments.
+
+    Returns:
+        fn's result.
+    """
+    check = _determinism_check_on(determinism_check)
+    allow = _cache_entry_mutation(allow_cache_entry_mutation, allow_cache_mutation)
+    if _compile.dynamo_tracing():
+        return torch.utils.checkpoint.checkpoint(
+            fn, *args, use_reentrant=False, preserve_rng_state=preserve_rng_state,
+            determinism_check="default" if check else "none", context_fn=context_fn(policy, allow), **kwargs)
+    if not torch.is_grad_enabled():
+        return fn(*args, **kwargs)
+    return checkpoint_with(Invocation(policy, allow), fn, *args, preserve_rng_state=preserve_rng_state,
+                           determinism_check=check, **kwargs)
+
+
+def checkpoint_with(invocation, fn: Callable, *args: Any, preserve_rng_state: bool = True,
+                    determinism_check: Union[str, bool] = "default", **kwargs: Any) -> Any:
+    """hpac.checkpoint's machinery around any invocation-like object: one with `.id` and a context manager
+    `.region(phase)` for phase 'forward' / 'recompute' (benchmarks plug a Python dispatch mode in here)."""
+    if not torch.is_grad_enabled():
+        return fn(*args, **kwargs)
+    frame = _Frame(fn, args, kwargs, invocation, preserve_rng_state, _determinism_check_on(determinism_check))
+    with torch.autograd.graph.saved_tensors_hooks(frame.pack, frame.unpack), frame.forward_region:
+        return fn(*args, **kwargs)

@@ -1,0 +1,215 @@
+"""Regions: one checkpoint call's C++ Invocation and its forward / recompute contexts, and context_fn for
+torch.utils.checkpoint. Under torch.compile the contexts are PyTorch's selective checkpoint modes driven by the same
+C++ policy (_compile.py)."""
+import functools
+import itertools
+import weakref
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from . import _compile
+from ._budget import Budget
+
+# A policy as hpac's Python API takes it: a kind name ("selective", "full", "save_all"; parsed in C++,
+# policy/policy_kind.h), None (= "full"), an iterable of op names (a save list), or a Budget.
+PolicyLike = Union[str, None, Sequence[str], Budget]
+
+
+def _policy_kind(policy: PolicyLike) -> Tuple[str, List[str]]:
+    """(kind, save list) of a policy that is not a Budget."""
+    if policy is None:
+        return "full", []
+    if isinstance(policy, str):
+        return policy, []
+    names = list(policy)
+    if not all(isinstance(n, str) for n in names):
+        raise ValueError(f"hpac: a save list holds op names (str), got {names!r}")
+    return "save_list", names
+
+
+def _cache_entry_mutation(allow_cache_entry_mutation: bool, allow_cache_mutation: Optional[bool]) -> bool:
+    """torch's spelling, allow_cache_entry_mutation, with hpac's earlier allow_cache_mutation kept as an alias."""
+    if allow_cache_mutation is None:
+        return bool(allow_cache_entry_mutation)
+    if allow_cache_entry_mutation:
+        raise ValueError("hpac: give allow_cache_entry_mutation (torch's name) or its old alias allow_cache_mutation, "
+                         "not both")
+    return bool(allow_cache_mutation)
+
+
+class _Region:
+    """Context manager for one phase of an Invocation. Re-enterable: torch.utils.checkpoint enters the same
+    recompute context again when a graph is backwarded twice (retain_graph); hpac then reports the entries
+    already served.
+
+    `note_saved` is set while a forward region reports what autograd saves and torch cannot wrap the checkpoint's
+    own hooks (torch 1.13): hpac's own checkpoint frame then calls it from its pack hook (_frame.py)."""
+
+    __slots__ = ("_invocation", "_phase", "_reporting", "note_saved")
+
+    def __init__(self, invocation: "Invocation", phase: str):
+        self._invocation = invocation
+        self._phase = phase
+        self._reporting = None
+        self.note_saved = None
+
+    def __enter__(self) -> "Invocation":
+        handle = self._invocation._handle
+        handle.enter(self._phase)
+        if self._phase == "forward" and handle.watches_saved():
+            self._reporting = self._report_saved(handle)
+        return self._invocation
+
+    def __exit__(self, exc_type, exc, tb):
+        if self._reporting is not None:
+            reporting, self._reporting = self._reporting, None
+            reporting()
+        # An exception (torch's early stop of a recompute, an error) ends the phase unfinished: hpac then
+        # releases saved outputs the recompute never asked for without warning about them.
+        self._invocation._handle.exit(exc_type is None)
+        return False
+
+    def _report_saved(self, handle) -> Callable[[], None]:
+        """While a budget profile's forward, or one that may skip ops, runs: every tensor autograd saves is
+        reported to hpac (Note [What off keeps], policy/budget_plan.h; Note [Skips are verified],
+        replay/invocation.cpp), then handed to the checkpoint's own pack hook. Returns the function that stops
+        reporting. Where torch can say which hooks are on top (>= 2.0: torch.utils.checkpoint's, or
+        hpac.checkpoint's frame), they are wrapped; on 1.13 the frame reports through `note_saved`."""
+        if _TOP_HOOKS is None:
+            self.note_saved = handle.note_saved
+
+            def stop():
+                self.note_saved = None
+            return stop
+        top = _TOP_HOOKS(False)
+        pack, unpack = top if top is not None else (lambda t: t, lambda t: t)
+
+        def report(tensor):
+            handle.note_saved(tensor)
+            return pack(tensor)
+
+        hooks = torch.autograd.graph.saved_tensors_hooks(report, unpack)
+        hooks.__enter__()
+        return lambda: hooks.__exit__(None, None, None)
+
+
+_TOP_HOOKS = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)  # torch >= 2.0
+
+
+class Invocation:
+    """One checkpoint call: the C++ Invocation (op counters, storage, stats) and its two regions.
+
+    Args:
+        policy: a kind name ("selective", "full", ...), a save list of op names, or a Budget.
+        allow_cache_entry_mutation: outputs kept for the recompute may be mutated in place after the region (they
+            are cloned when saved); otherwise such a mutation is an error in backward.
+        record_ops: keep a log of every op the fallback handed to it (op_log()), for tests and explain tools.
+        explain: record each decision with its reason for hpac.explain.
+        allow_cache_mutation: the old name of allow_cache_entry_mutation.
+    """
+
+    def __init__(self, policy: PolicyLike = "selective", allow_cache_entry_mutation: bool = False,
+                 record_ops: bool = False, explain: bool = False, *, allow_cache_mutation: Optional[bool] = None):
+        allow = _cache_entry_mutation(allow_cache_entry_mutation, allow_cache_mutation)
+        if isinstance(policy, Budget):
+            self._handle = policy._invocation(allow)
+        else:
+            kind, names = _policy_kind(policy)
+            self._handle = torch.classes.hpac.Invocation(kind, names, allow)
+        if record_ops:
+            self._handle.record_ops(True)
+        if explain:
+            self._handle.explain()
+
+    @property
+    def id(self) -> int:
+        return self._handle.id()
+
+    def stats(self) -> Dict[str, int]:
+        return dict(self._handle.stats())
+
+    def stored_entries(self) -> int:
+        return self._handle.stored_entries()
+
+    def op_log(self) -> List[str]:
+        """['forward aten::mm saved', 'recompute aten::mm served', ...] when created with record_ops=True."""
+        return list(self._handle.op_log())
+
+    def region(self, phase: str) -> _Region:
+        """Every aten op run inside goes through hpac (phase: 'forward' or 'recompute')."""
+        return _Region(self, phase)
+
+
+# Note [context_fn under torch.compile]
+# Dynamo accepts a context_fn only as a functools.partial whose arguments it can turn into constants, and it guards
+# the compiled graph on them. So the partial context_fn returns holds constants only: the policy as a key (a kind
+# name, ("save_list", names), or ("budget", n) for Budget n) and the number of an on_invocation hook; the Budget
+# and the hook themselves are looked up here by number. Equal constants mean one compiled graph for every layer
+# checkpointed alike; a Budget reaches _make_contexts inside AOTAutograd's trace, where it is refused with a
+# message (a hard error, never a silent eager fallback).
+_hook_numbers = itertools.count(1)
+_HOOKS: Dict[int, Callable] = {}  # on_invocation hooks by number, while the context_fn naming them lives
+
+
+def _policy_key(policy: PolicyLike):
+    if isinstance(policy, Budget):
+        return ("budget", policy._number)
+    kind, names = _policy_kind(policy)
+    return kind if kind != "save_list" else ("save_list", tuple(names))
+
+
+def _policy_of(key) -> PolicyLike:
+    if isinstance(key, str):
+        return key
+    if key[0] == "budget":
+        return Budget._by_number(key[1])
+    return list(key[1])
+
+
+def _make_contexts(policy_key, allow_cache_entry_mutation: bool, record_ops: bool, hook: Optional[int]):
+    """context_fn's body, per checkpoint call: hpac's two regions of a new Invocation, or, while torch.compile
+    traces the call, PyTorch's selective checkpoint modes asking the same policy (_compile.traced_contexts)."""
+    policy = _policy_of(policy_key)
+    if _compile.tracing():
+        return _compile.traced_contexts(policy, allow_cache_entry_mutation)
+    inv = Invocation(policy, allow_cache_entry_mutation, record_ops=record_ops)
+    if hook is not None:
+        _HOOKS[hook](inv)
+    return inv.region("forward"), inv.region("recompute")
+
+
+def context_fn(policy: PolicyLike = "selective", allow_cache_entry_mutation: bool = False, *,
+               on_invocation: Optional[Callable[[Invocation], None]] = None, record_ops: bool = False,
+               allow_cache_mutation: Optional[bool] = None) -> Callable[[], tuple]:
+    """For torch.utils.checkpoint.checkpoint(..., use_reentrant=False, context_fn=...) on torch >= 2.1.
+
+    Per checkpoint call, creates one Invocation and returns its (forward, recompute) context managers; with a
+    Budget, every call shares its region (profile once, then replay the plan). Under torch.compile the same call
+    returns PyTorch's selective checkpoint modes, whose policy asks hpac's C++ policy for each traced op (a Budget
+    there is an error naming torch.compile's own budget; on_invocation is not called: no eager invocation runs).
+
+    Args:
+        policy: a kind name ("selective", "full"), a save list of op names, or a Budget.
+        allow_cache_entry_mutation: as torch's create_selective_checkpoint_contexts.
+        on_invocation: called with each eager call's Invocation (to read its stats after backward).
+        record_ops: each eager Invocation keeps its op log.
+        allow_cache_mutation: the old name of allow_cache_entry_mutation.
+
+    Returns:
+        A functools.partial over constants (Note [context_fn under torch.compile]), as torch.compile requires:
+        equal policies give equal partials, so layers checkpointed alike compile once.
+    """
+    allow = _cache_entry_mutation(allow_cache_entry_mutation, allow_cache_mutation)
+    key = _policy_key(policy)
+    if not isinstance(policy, Budget) and not _compile.dynamo_tracing():
+        kind, names = _policy_kind(policy)
+        torch.classes.hpac.Invocation(kind, names, False)  # validate now (in C++), not inside backward
+    number = None
+    if on_invocation is not None and not _compile.dynamo_tracing():  # compiled code runs no eager invocation
+        number = next(_hook_numbers)
+        _HOOKS[number] = on_invocation
+    made = functools.partial(_make_contexts, key, allow, bool(record_ops), number)
+    if number is not None:
+        weakref.finalize(made, _HOOKS.pop, number, None)
+    return made
