@@ -68,7 +68,11 @@ if [ ! -x "$venv/bin/python" ]; then
   echo "[hpac setup] creating $(basename "$venv") with $("$py" --version 2>&1)"
   "$py" -m venv "$venv"
 fi
-echo "[hpac setup] installing tools/requirements.txt into $(basename "$venv")"
+# pip first, at the pinned release: a venv made by Debian's python3 starts with Debian's pip 23.0.1, whose
+# `pip wheel` lacks -C/--config-settings (pip >= 23.1), which the packaging stage passes to scikit-build-core.
+pip_pin=$(grep -E '^pip==' "$requirements")
+echo "[hpac setup] installing $pip_pin, then tools/requirements.txt into $(basename "$venv")"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "$pip_pin"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements"
 cp "$requirements" "$stamp"
 echo "[hpac setup] $(basename "$venv"): $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)')"
