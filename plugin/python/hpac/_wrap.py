@@ -2,6 +2,7 @@
 hpac.hf.prepare. The module object, its children and its state_dict keys stay exactly as they were; one instance
 attribute holds the original forward, and unwrap_checkpoint restores it, whoever wrapped."""
 import functools
+import types
 from typing import Any, Callable
 
 import torch
@@ -10,6 +11,14 @@ from ._budget import Budget
 from ._frame import checkpoint
 
 _ORIGINAL = "_hpac_original_forward"
+_CHECKPOINTED = "_hpac_checkpointed"
+
+
+def _wrapped_forward(self, *args, **kwargs):
+    # One function for every wrapped module, bound to each (types.MethodType): torch.compile then guards on this
+    # function, not on a per-module object, and modules of one shape share one compiled graph.
+    d = self.__dict__
+    return d[_CHECKPOINTED](d[_ORIGINAL], *args, **kwargs)
 
 
 def wrap_forward(module: torch.nn.Module, checkpointed: Callable[..., Any]) -> torch.nn.Module:
@@ -17,14 +26,16 @@ def wrap_forward(module: torch.nn.Module, checkpointed: Callable[..., Any]) -> t
     first. Returns module."""
     unwrap_checkpoint(module)
     original = module.forward
-    module.forward = functools.partial(checkpointed, original)
     module.__dict__[_ORIGINAL] = original
+    module.__dict__[_CHECKPOINTED] = checkpointed
+    module.forward = types.MethodType(_wrapped_forward, module)
     return module
 
 
 def unwrap_checkpoint(module: torch.nn.Module) -> torch.nn.Module:
     """Undoes checkpoint_wrapper (or hpac.hf.prepare's wrap) of module. Returns module."""
     if module.__dict__.pop(_ORIGINAL, None) is not None:
+        module.__dict__.pop(_CHECKPOINTED, None)
         module.__dict__.pop("forward", None)
     return module
 

@@ -235,6 +235,7 @@ class PreparedLayer:
     def __init__(self, ref, role, mode, record_ops=False):
         self.path, self.index, self.module, self.role, self.mode = ref.path, ref.index, ref.module, role, mode
         self.record_ops = record_ops  # keep each call's op log; take_stats adds it up as "log:<phase> <op> <action>"
+        self.compiled = False     # train.compile: the layer is compiled after wrapping (module.compile())
         self.layer = "off"        # whole-layer checkpoint applied: off | full | selective | budget
         self.budget = None        # mode budget: this layer's hpac.Budget (its region's profile and plan)
         self.native = False       # through the model's own activation_checkpointing_enable
@@ -242,17 +243,22 @@ class PreparedLayer:
         self._invocations = []    # hpac Invocations of this layer's calls, until take_layer_stats()
 
     def _context_fn(self, policy):
+        if self.compiled:
+            # One context_fn per policy for every layer, so that layers of one shape share one compiled graph (Note
+            # [context_fn under torch.compile]); compiled code runs no eager invocation to take stats from.
+            return hpac.context_fn(policy)
         return hpac.context_fn(policy, on_invocation=self._invocations.append, record_ops=self.record_ops)
 
     def take_stats(self):
         total = {}
-        for inv in self._invocations:
+        invocations = list(self._invocations)
+        self._invocations.clear()  # in place: the layer's context_fn appends to this list
+        for inv in invocations:
             for k, v in inv.stats().items():
                 total[k] = total.get(k, 0) + v
             for line in inv.op_log():
                 total["log:" + line] = total.get("log:" + line, 0) + 1
-        total["invocations"] = len(self._invocations)
-        self._invocations = []
+        total["invocations"] = len(invocations)
         return total
 
 
@@ -267,6 +273,7 @@ class Preparation:
         self.layers_wrapped = 0
         self.submodules_wrapped = 0
         self.layers = []
+        self.compiled = []        # paths of the layers compiled (train.compile)
         self.messages = []
         self.warnings = []
         self._log = None
@@ -360,11 +367,12 @@ def _enable_native(model):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
-def prepare(model, config, registry=None, log=log_to_stderr, record_ops=False):
+def prepare(model, config, registry=None, log=log_to_stderr, record_ops=False, compile_backend="inductor"):
     """Applies activation_checkpoint (and activation_swap) of `config` (a path, or a dict from load_config) to
-    `model` in place. Returns a Preparation (route, wrap counts, messages, per-layer stats). record_ops=True adds
-    every region's op log to the per-layer stats, one count per "log:<phase> <op> <action>" key (hpac.Invocation's
-    op_log lines: action saved, run, served, recomputed or ignored)."""
+    `model` in place, then, with train.compile: true, compiles each layer (module.compile(backend=compile_backend)).
+    Returns a Preparation (route, wrap counts, messages, per-layer stats). record_ops=True adds every region's op
+    log to the per-layer stats, one count per "log:<phase> <op> <action>" key (hpac.Invocation's op_log lines:
+    action saved, run, served, recomputed or ignored); compiled layers run no eager invocation and report none."""
     if not isinstance(config, dict):
         config = load_config(config)
     prep = Preparation()
@@ -375,7 +383,14 @@ def prepare(model, config, registry=None, log=log_to_stderr, record_ops=False):
         raise ValueError(f"{config['file']}: activation_checkpoint.mode: {mode} cannot be combined with "
                          "activation_swap: attention; set activation_swap: none, or activation_checkpoint.mode: off "
                          "(and no checkpointed layers)")
+    compile_on = config["train"]["compile"]
     if _all_off(ac):
+        if compile_on:
+            reg = registry if registry is not None else load_registry()
+            prep.discovery = discover(model, reg)
+            _compile_layers(prep, [ref.module for c in prep.discovery.containers for ref in c.layers],
+                            [ref.path for c in prep.discovery.containers for ref in c.layers], compile_backend)
+            return prep
         prep.info("activation checkpointing off: model left as is (no discovery, no wrapping, use_cache untouched)")
         if config["activation_swap"] == "attention":
             prep.warn("activation_swap: attention has nothing to swap to on a CPU-only build; it has no effect")
@@ -410,6 +425,16 @@ def prepare(model, config, registry=None, log=log_to_stderr, record_ops=False):
         for ref in c.layers:
             prep.layers.append(PreparedLayer(ref, c.role, _mode_of(ac, ref.index) if c.role == "language"
                                              else ac["mode"], record_ops))
+
+    if compile_on:
+        budgeted = [p.index for p in prep.layers if p.mode == "budget"]
+        if budgeted:
+            raise ValueError(
+                f"{config['file']}: activation_checkpoint mode budget (layers {', '.join(map(str, budgeted))}) cannot "
+                "be combined with train.compile: true: hpac's budget plans from eager profiles of the layer, which "
+                "compiled code never runs; use mode selective or full with compile, or train.compile: false")
+        for p in prep.layers:
+            p.compiled = True
 
     full = [p for p in prep.layers if p.mode == "full"]
     if full:
@@ -480,12 +505,30 @@ def prepare(model, config, registry=None, log=log_to_stderr, record_ops=False):
     if prep.layers_wrapped + prep.submodules_wrapped == 0:
         prep.warn(f"0 modules wrapped: no layer of {d.class_name} could be checkpointed (submodule names outside the "
                   "alias lists); training runs without activation checkpointing")
+    if compile_on:
+        _compile_layers(prep, [p.module for p in prep.layers], [p.path for p in prep.layers], compile_backend)
     return prep
+
+
+def _compile_layers(prep, modules, paths, backend):
+    """train.compile: each layer compiled after wrapping, in place (module.compile(): the module object and its
+    state_dict keys stay; torch.compile(module) would add an _orig_mod. prefix), as torchtitan applies checkpointing,
+    then compile per block. Layers of one shape share one graph (Note [context_fn under torch.compile])."""
+    for module, path in zip(modules, paths):
+        module.compile(backend=backend)
+        prep.compiled.append(path)
+    prep.info(f"compiled {len(prep.compiled)} layers with {backend} (module.compile() per layer, after wrapping; the "
+              "checkpointed layers' policy tags the traced graph and the compiler recomputes)")
+    if getattr(getattr(prep.discovery.inner_model, "config", None), "_experts_implementation", None) == "eager":
+        prep.warn("the model's experts use the eager loop (experts_implementation 'eager'), whose data-dependent "
+                  "shapes break the graph: each layer then runs eagerly; build it with experts_implementation="
+                  "'batched_mm' or 'grouped_mm' to compile the MoE layers")
 
 
 def unprepare(model, prep):
     """Undoes prepare's wrapping (use_cache is left as prepare set it)."""
     for p in prep.layers:
+        p.module._compiled_call_impl = None  # undoes module.compile()
         unwrap_checkpoint(p.module)
         for name in p.submodules:
             unwrap_checkpoint(p.module._modules[name])

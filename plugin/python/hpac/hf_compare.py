@@ -101,7 +101,7 @@ def mode_config(config, mode):
 
 
 def train_compare(build, config, make_batch, steps, modes=MODES, lr=1e-3, track_memory=True, progress=None,
-                  registry=None, log=None):
+                  registry=None, log=None, compile_backend="inductor"):
     """Trains build()'s model under each mode (the config's activation_checkpoint.mode replaced, see mode_config),
     interleaved step
     by step with the order rotated each step. Gradients are allocated before the first step so
@@ -113,7 +113,7 @@ def train_compare(build, config, make_batch, steps, modes=MODES, lr=1e-3, track_
     for mode in modes:
         model = build()
         model.train()
-        prep = hf.prepare(model, mode_config(config, mode), registry, log=log)
+        prep = hf.prepare(model, mode_config(config, mode), registry, log=log, compile_backend=compile_backend)
         for p in model.parameters():
             p.grad = torch.zeros_like(p)
         runs[mode] = ModeRun(mode, model, prep, lr)
