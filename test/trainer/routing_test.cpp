@@ -120,6 +120,10 @@ TEST(TrainerRouting, FullWithCompileWrapsAttentionAndMlpOnly) {
     EXPECT_EQ(l.setting.layer, CheckpointMode::kOff);
   }
   EXPECT_EQ(p.prep.submodules_wrapped, 8);
+  // libtorch has no compiler: hpac-train says once that compile only chose the route.
+  EXPECT_TRUE(anyMessage(p.prep, "train.compile: true chooses the routes only here"));
+  c.train.compile = false;
+  EXPECT_FALSE(anyMessage(prepare(c).prep, "train.compile"));
 }
 
 TEST(TrainerRouting, FullSubmodulesForTwoTowers) {

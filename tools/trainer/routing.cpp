@@ -82,6 +82,11 @@ absl::StatusOr<Preparation> prepareModel(ZooModel& model, const TrainConfig& con
         " cannot be combined with activation_swap: attention; set activation_swap: none, or "
         "activation_checkpoint.mode: off (and no checkpointed layers)"));
   }
+  if (config.train.compile) {
+    // Note [hpac under torch.compile] (docs/design.md): hpac.hf compiles each layer after wrapping.
+    logger.info("train.compile: true chooses the routes only here: libtorch has no compiler, every layer runs "
+                "eagerly; python -m hpac.hf_demo compiles each layer after wrapping");
+  }
   if (ac.allOff()) {
     logger.info("activation checkpointing off: model left as is (no discovery, no wrapping, use_cache untouched)");
     if (config.activation_swap == ActivationSwap::kAttention) {
