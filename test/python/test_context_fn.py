@@ -149,3 +149,15 @@ def test_an_output_the_recompute_never_needs_is_released(early_stop):
     assert stats["saved"] == 1
     assert (stats["unserved"], stats["served"]) == ((1, 0) if early_stop else (0, 1))
     assert not [w for w in caught if "hpac" in str(w.message)]
+
+
+def test_context_fn_keeps_an_inline_budget_alive():
+    """context_fn(hpac.budget(...)) written inline: the partial names its Budget by number (a constant, for
+    torch.compile) and still keeps the region alive, so later calls replay its plan."""
+    import gc
+    fn, x, params = small_problem()
+    cf = hpac.context_fn(hpac.budget(0.5))
+    gc.collect()
+    for _ in range(2):
+        torch_checkpoint(fn, x, use_reentrant=False, context_fn=cf).sum().backward()
+    assert cf.budget.stage == "planned"

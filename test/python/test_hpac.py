@@ -197,6 +197,46 @@ def test_error_nondeterministic_region():
         y.sum().backward()
 
 
+def test_determinism_check_takes_torchs_values():
+    """torch.utils.checkpoint's determinism_check values: "default" checks, "none" does not (a truthy string that
+    must not leave the check on); the bools still work; anything else names what is allowed."""
+    def region():
+        calls = []
+
+        def fn(t):
+            calls.append(1)
+            return t.exp() if len(calls) == 1 else t.sin().cos()
+        return fn
+
+    for value in ("default", True):
+        y = hpac.checkpoint(region(), torch.randn(4, requires_grad=True), policy="full", determinism_check=value)
+        with pytest.raises(RuntimeError, match="is not deterministic"):
+            y.sum().backward()
+    for value in ("none", False):
+        y = hpac.checkpoint(region(), torch.randn(4, requires_grad=True), policy="full", determinism_check=value)
+        y.sum().backward()  # unchecked: the recompute's different tensors go unnoticed
+    with pytest.raises(ValueError, match="determinism_check 'sometimes' is not allowed; allowed: 'default', 'none'"):
+        hpac.checkpoint(region(), torch.randn(4, requires_grad=True), determinism_check="sometimes")
+
+
+def test_allow_cache_entry_mutation_is_torchs_name_with_the_old_alias():
+    w = torch.randn(6, 6, requires_grad=True)
+    x = torch.randn(3, 6, requires_grad=True)
+
+    def step(**kw):
+        y = hpac.checkpoint(lambda t: t @ w, x, policy=["aten::mm"], **kw)
+        y.mul_(2)
+        return torch.autograd.grad(y.tanh().sum(), [x, w])
+
+    ref = torch.autograd.grad((2 * (x @ w)).tanh().sum(), [x, w])
+    assert_same(step(allow_cache_entry_mutation=True), ref)
+    assert_same(step(allow_cache_mutation=True), ref)
+    with pytest.raises(ValueError, match="allow_cache_entry_mutation .* or its old alias allow_cache_mutation, not both"):
+        step(allow_cache_entry_mutation=True, allow_cache_mutation=True)
+    inv = hpac.Invocation(["aten::mm"], allow_cache_entry_mutation=True)
+    assert inv.id > 0
+
+
 def test_bad_policy_and_phase_are_rejected():
     with pytest.raises(RuntimeError, match="unknown policy kind 'sometimes'; allowed: full, selective, save_list"):
         hpac.Invocation("sometimes")

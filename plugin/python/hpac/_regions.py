@@ -212,4 +212,6 @@ def context_fn(policy: PolicyLike = "selective", allow_cache_entry_mutation: boo
     made = functools.partial(_make_contexts, key, allow, bool(record_ops), number)
     if number is not None:
         weakref.finalize(made, _HOOKS.pop, number, None)
+    if isinstance(policy, Budget):
+        made.budget = policy  # the partial holds its number; this keeps the region alive as long as the partial
     return made
