@@ -177,8 +177,8 @@ def main(argv=None):
                    "counts": counts, "ignored": sum(s.get("ignored", 0) for s in stats),
                    "saved": sum(s.get("saved", 0) for s in stats), "served": sum(s.get("served", 0) for s in stats)}
             if reference is not None:
-                row["dloss_1rank"] = hc._max_abs_diff(mean_loss, ref_loss)
-                row["dgrad_1rank"] = max(hc._max_abs_diff(
+                row["dloss_1rank"] = hc.max_abs_diff(mean_loss, ref_loss)
+                row["dgrad_1rank"] = max(hc.max_abs_diff(
                     g, hd.reference_slice(n, ref_grads[n], layout, spec)) for n, g in named)
             run.rows.append(row)
             _log(rank, f"{layout.name} {mode} step {step + 1}: loss {row['loss']:.6f}"
@@ -191,7 +191,7 @@ def main(argv=None):
                 row = runs[mode].rows[-1]
                 row["dloss_off"] = abs(row["loss"] - runs["off"].rows[-1]["loss"]) if row["loss"] == row["loss"] \
                     else float("inf")
-                row["dgrad_off"] = max(hc._max_abs_diff(g, g0) for (_, g), (_, g0) in zip(named, grads["off"]))
+                row["dgrad_off"] = max(hc.max_abs_diff(g, g0) for (_, g), (_, g0) in zip(named, grads["off"]))
         if reference is not None:
             ref_opt.step()
 

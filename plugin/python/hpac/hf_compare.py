@@ -43,14 +43,15 @@ def qwen3_moe_model(model_spec, seed):
 
 
 def token_batch(vocab, batch, seq, seed, step):
-    """Each row an arithmetic sequence modulo the vocabulary (as hpac-train), start and stride seeded by seed, step."""
-    g = torch.Generator().manual_seed(seed * 1000003 + step)
+    """Each row an arithmetic sequence modulo the vocabulary, start and stride drawn from a generator seeded by
+    (seed, step): the formula of hpac-train's tokenBatch (tools/trainer/trainer.cpp), strides below 8."""
+    g = torch.Generator().manual_seed(seed * 7919 + step + 1)
     start = torch.randint(0, vocab, (batch, 1), generator=g)
-    stride = torch.randint(1, vocab, (batch, 1), generator=g)
+    stride = torch.randint(1, max(2, min(vocab, 8)), (batch, 1), generator=g)
     return (start + stride * torch.arange(seq).unsqueeze(0)) % vocab
 
 
-def _max_abs_diff(a, b):
+def max_abs_diff(a, b):
     """NaN or Inf anywhere is never equal (inf)."""
     if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
         return float("inf")
@@ -125,9 +126,9 @@ def train_compare(build, config, make_batch, steps, modes=MODES, lr=1e-3, track_
             grads[mode] = _step(runs[mode], input_ids, track_memory)
         if "off" in runs:
             for mode, run in runs.items():
-                run.max_dloss = max(run.max_dloss, _max_abs_diff(run.losses[-1], runs["off"].losses[-1]))
+                run.max_dloss = max(run.max_dloss, max_abs_diff(run.losses[-1], runs["off"].losses[-1]))
                 for g, g0 in zip(grads[mode], grads["off"]):
-                    run.max_dgrad = max(run.max_dgrad, _max_abs_diff(g, g0))
+                    run.max_dgrad = max(run.max_dgrad, max_abs_diff(g, g0))
         if progress:
             progress(step, runs)
     return runs

@@ -62,7 +62,7 @@ def test_layout_parity_and_counts(tmp_path, layout):
             assert len(rows) == 2
             for row in rows:
                 where = f"rank {rank['rank']} {mode} step {row['step']}"
-                # NaN or inf never passes (_max_abs_diff gives inf for them; NaN fails <=).
+                # NaN or inf never passes (max_abs_diff gives inf for them; NaN fails <=).
                 assert row["dloss_1rank"] <= TOLERANCE and row["dgrad_1rank"] <= TOLERANCE, (where, row)
                 assert row["dloss_off"] == 0.0 and row["dgrad_off"] == 0.0, (where, row)
                 fwd, rec = row["counts"]["forward"], row["counts"]["recompute"]

@@ -51,9 +51,9 @@ def test_compiled_layers_match_eager_off_with_one_compile_and_no_graph_break():
         assert run.prep.compiled == [f"model.layers.{i}" for i in range(spec["num_layers"])], run.prep.compiled
         assert list(run.model.state_dict()) == keys  # module.compile() in place: no _orig_mod. prefix
         for step in range(STEPS):
-            assert hc._max_abs_diff(run.losses[step], ref.losses[step]) <= TOLERANCE, (mode, step)
+            assert hc.max_abs_diff(run.losses[step], ref.losses[step]) <= TOLERANCE, (mode, step)
         for p, p0 in zip(run.model.parameters(), ref.model.parameters()):
-            assert hc._max_abs_diff(p, p0) <= TOLERANCE, mode
+            assert hc.max_abs_diff(p, p0) <= TOLERANCE, mode
         # Every layer has one shape: one graph for all of them, over every step; nothing broke a layer's graph.
         assert backend.frame_count == 1, (mode, backend.frame_count)
         assert not torch._dynamo.utils.counters["graph_break"], dict(torch._dynamo.utils.counters["graph_break"])
