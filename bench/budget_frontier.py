@@ -40,6 +40,7 @@ sys.path.insert(0, os.path.join(ROOT, "plugin", "python"))
 sys.path.insert(0, os.path.join(ROOT, "test", "python"))
 import hpac  # noqa: E402
 from moe_block import Block  # noqa: E402
+import hpac.hf_compare as hc  # noqa: E402
 from parity import compare  # noqa: E402
 
 FRACTIONS = [round(0.1 * i, 1) for i in range(11)]
@@ -146,7 +147,7 @@ def eager_rows(m, steps, log):
         runs[mode] = {"model": model, "budgets": m.prepare(model, mode), "times": [], "peaks": [], "bitwise": True}
     for step in range(steps + 1):
         inputs = m.batch(step)
-        order = methods[step % len(methods):] + methods[:step % len(methods)]
+        order = hc.rotated(methods, step)
         grads = {}
         for mode in order:
             r = runs[mode]

@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.join(ROOT, "plugin", "python"))
 sys.path.insert(0, os.path.join(ROOT, "test", "python"))
 sys.path.insert(0, HERE)
 import hpac  # noqa: E402
+import hpac.hf_compare as hc  # noqa: E402
 from budget_frontier import measure  # noqa: E402
 from parity import compare  # noqa: E402
 
@@ -87,7 +88,7 @@ def family(name, config_path):
 def eager_rows(build, batch, loss, steps, log):
     runs = {m: {"model": build(m, False), "times": [], "peaks": [], "dgrad": 0.0} for m in EAGER}
     for step in range(steps + 1):
-        order = EAGER[step % len(EAGER):] + EAGER[:step % len(EAGER)]
+        order = hc.rotated(EAGER, step)
         grads = {}
         for m in order:
             seconds, peak, grads[m] = measure(runs[m]["model"], loss, batch(step))

@@ -86,6 +86,7 @@ def main(argv=None):
     import transformers
     transformers.logging.set_verbosity_error()
     import hpac
+    import hpac._dist_oracle as oracle
     import hpac.distributed as hd
     import hpac.hf as hf
     import hpac.hf_compare as hc
@@ -154,8 +155,7 @@ def main(argv=None):
             ref_loss = loss.detach()
             ref_grads = {n: p.grad for n, p in reference.named_parameters()}
         grads = {}
-        order = list(args.modes)
-        for mode in order[step % len(order):] + order[:step % len(order)]:
+        for mode in hc.rotated(args.modes, step):
             run = runs[mode]
             run.opt.zero_grad(set_to_none=True)
             start = hpac.memory_stats()["current_bytes"]
@@ -167,11 +167,11 @@ def main(argv=None):
             elapsed = time.perf_counter() - t0
             peak = hpac.memory_stats()["peak_bytes"] - start
             stats = run.prep.take_layer_stats()
-            counts = hd.phase_counts(stats)
+            counts = oracle.phase_counts(stats)
             mean_loss = loss.detach().clone()
             dist.all_reduce(mean_loss)
             mean_loss /= world
-            named = [(n, hd.full_grad(p)) for n, p in run.model.named_parameters()]
+            named = [(n, oracle.full_grad(p)) for n, p in run.model.named_parameters()]
             grads[mode] = named
             row = {"step": step + 1, "loss": mean_loss.item(), "peak_bytes": peak, "time_s": elapsed,
                    "counts": counts, "ignored": sum(s.get("ignored", 0) for s in stats),
@@ -179,12 +179,12 @@ def main(argv=None):
             if reference is not None:
                 row["dloss_1rank"] = hc.max_abs_diff(mean_loss, ref_loss)
                 row["dgrad_1rank"] = max(hc.max_abs_diff(
-                    g, hd.reference_slice(n, ref_grads[n], layout, spec)) for n, g in named)
+                    g, oracle.reference_slice(n, ref_grads[n], layout, spec)) for n, g in named)
             run.rows.append(row)
             _log(rank, f"{layout.name} {mode} step {step + 1}: loss {row['loss']:.6f}"
                        + (f" |dloss| {row['dloss_1rank']:.2g} |dgrad| {row['dgrad_1rank']:.2g} vs 1 rank"
                           if reference is not None else "")
-                       + f", peak {peak / 2**20:.2f} MiB; " + hd.format_counts(counts))
+                       + f", peak {peak / 2**20:.2f} MiB; " + oracle.format_counts(counts))
             run.opt.step()
         if "off" in grads:
             for mode, named in grads.items():
@@ -224,7 +224,7 @@ def main(argv=None):
 
 def check(mine, args, layout):
     """The run's own checks on this rank's rows (the tests assert the same figures from the JSON)."""
-    import hpac.distributed as hd
+    import hpac._dist_oracle as oracle
     failures = []
     for mode, rows in mine["modes"].items():
         for row in rows:
@@ -235,7 +235,7 @@ def check(mine, args, layout):
                                 f"run exceed {args.tolerance}")
             if "dloss_off" in row and (row["dloss_off"] != 0.0 or row["dgrad_off"] != 0.0):
                 failures.append(f"{where}: differs from off (|dloss| {row['dloss_off']}, |dgrad| {row['dgrad_off']})")
-            failures += [f"{where}: {m}" for m in hd.rule_violations(mode, row["counts"])]
+            failures += [f"{where}: {m}" for m in oracle.rule_violations(mode, row["counts"])]
     return failures
 
 

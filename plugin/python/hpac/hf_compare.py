@@ -89,6 +89,14 @@ def _step(run, input_ids, tracked):
     return grads
 
 
+def rotated(modes, step):
+    """The modes in the order step `step` runs them: rotated by one every step, so that no mode always runs first
+    (after another mode's garbage, or on a cold cache)."""
+    modes = list(modes)
+    k = step % len(modes)
+    return modes[k:] + modes[:k]
+
+
 def mode_config(config, mode):
     """`config` with activation_checkpoint.mode replaced by `mode` (and no per-layer plan). A mode "budget:<f>" is
     mode budget with memory_budget <f> (a fraction in [0, 1]; hpac.budget checks it)."""
@@ -118,11 +126,10 @@ def train_compare(build, config, make_batch, steps, modes=MODES, lr=1e-3, track_
         for p in model.parameters():
             p.grad = torch.zeros_like(p)
         runs[mode] = ModeRun(mode, model, prep, lr)
-    order = list(modes)
     for step in range(steps):
         input_ids = make_batch(step)
         grads = {}
-        for mode in order[step % len(order):] + order[:step % len(order)]:
+        for mode in rotated(modes, step):
             grads[mode] = _step(runs[mode], input_ids, track_memory)
         if "off" in runs:
             for mode, run in runs.items():
