@@ -343,3 +343,26 @@ def test_compiled_autograd():
     with torch._dynamo.compiled_autograd._enable(compiler):
         with pytest.raises(RuntimeError, match="compiled autograd.*hpac.context_fn"):
             grads(lambda t: hpac.checkpoint(chain, t, policy="selective"))
+
+
+def test_moe_block_with_a_data_dependent_expert_loop():
+    """test/python/moe_block.py loops over the experts a batch hits (torch.where, a branch on token.numel()):
+    Dynamo cannot trace that loop into the checkpointed region, breaks the graph and runs the region eagerly, where
+    hpac's own fallback serves it (counted in global_stats). Right gradients either way, never silently different."""
+    from moe_block import Block
+    torch.manual_seed(0)
+    block = Block(dropout=0.0, attention="sdpa")
+    x = torch.randn(2, 8, 32, requires_grad=True)
+
+    def grads(f):
+        block.zero_grad(set_to_none=True)
+        x.grad = None
+        f(x).pow(2).mean().backward()
+        return [x.grad] + [p.grad for p in block.parameters()]
+
+    ref = grads(block)
+    hpac.reset_global_stats()
+    got = grads(torch.compile(functools.partial(_ctx("selective"), block), backend="aot_eager"))
+    assert_same(got, ref, atol=TOLERANCE)
+    assert torch._dynamo.utils.counters["graph_break"], "the expert loop was expected to break the graph"
+    assert hpac.global_stats()["served"] > 0  # the region ran eagerly through hpac's fallback
