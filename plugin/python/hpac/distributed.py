@@ -71,6 +71,14 @@ def check_layout(config, world):
     if p["ep"] > 1 and p["tp"] > 1:
         raise ValueError(f"{config['file']}: parallel: ep {p['ep']} with tp {p['tp']} is not supported by the "
                          "torchrun runner; allowed: ep > 1 with tp 1 (expert parallel x FSDP2), or tp > 1 with ep 1")
+    if config["train"]["compile"] and p["tp"] > 1 and config["activation_checkpoint"]["mode"] != "off":
+        # Measured on torch 2.13 (CPU, Gloo) with torch's own checkpoint too, no hpac in the region: AOTAutograd's
+        # save_from_forward fails on a checkpointed layer with DTensor TP ("expected all tensors_saved_with_vc_check
+        # to be Tensors", a DeviceMesh among them), and the selective layer's region is never traced.
+        raise ValueError(f"{config['file']}: train.compile: true with parallel.tp {p['tp']} and checkpointing is not "
+                         f"supported on torch {torch.__version__}: torch.compile of a checkpointed DTensor-TP layer fails "
+                         "inside AOTAutograd, with or without hpac; allowed: compile with tp 1 (dp, ep, fsdp), or "
+                         "train.compile: false with tp")
 
 
 def config_digest(config):

@@ -95,6 +95,43 @@ def test_layout_parity_and_counts(tmp_path, layout):
     assert "OK: " + layout in out
 
 
+@pytest.mark.parametrize("layout", ["ep2_dp2_fsdp"])
+def test_compiled_layers_on_two_ranks(tmp_path, layout):
+    """train.compile: true under torchrun: checkpoint wrap, compile per layer, then FSDP2 (torchtitan's order); every
+    rank within the tolerance of the 1-rank run, full and selective within it of off, hpac's policy asked while the
+    compiler traced (aot_eager: AOTAutograd and its partitioner, no code generation, to keep the test short)."""
+    out_json = tmp_path / "run.json"
+    path = _config(tmp_path, layout, parallel=LAYOUTS[layout])
+    with open(path) as f:
+        text = f.read().replace("seed: 1234}", "seed: 1234, compile: true}")
+    with open(path, "w") as f:
+        f.write(text)
+    rc, out, _ = torchrun("--config", path, "--json", str(out_json), "--compile-backend", "aot_eager")
+    assert rc == 0, out[-4000:]
+    run = json.loads(out_json.read_text())
+    for rank in run["per_rank"]:
+        assert rank["compiled"] and rank["traced_regions"] > 0, rank["rank"]
+        for mode, rows in rank["modes"].items():
+            for row in rows:
+                assert row["dloss_1rank"] <= TOLERANCE and row["dgrad_1rank"] <= TOLERANCE, (mode, row)
+                assert row["dloss_off"] <= TOLERANCE and row["dgrad_off"] <= TOLERANCE, (mode, row)
+    assert f"OK: {layout}" in out and "compiled per layer (aot_eager)" in out
+
+
+def test_compile_with_tensor_parallel_is_refused_on_every_rank(tmp_path):
+    path = _config(tmp_path, "tp2", parallel=LAYOUTS["tp2"])
+    with open(path) as f:
+        text = f.read().replace("seed: 1234}", "seed: 1234, compile: true}")
+    with open(path, "w") as f:
+        f.write(text)
+    rc, out, _ = torchrun("--config", path, "--compile-backend", "aot_eager", timeout=300)
+    assert rc != 0
+    for r in (0, 1):
+        assert f"[rank {r}] error: " in out and "train.compile: true with parallel.tp 2 and checkpointing is not " \
+            "supported" in out, out[-3000:]
+    assert " step 1:" not in out
+
+
 def test_config_mismatch_rejected_on_every_rank(tmp_path):
     other = _config(tmp_path, "full", mode="full")
     rc, out, _ = torchrun("--config", _config(tmp_path, "selective"), "--rank-config", f"1={other}", timeout=300)
@@ -117,3 +154,19 @@ def test_dead_rank_in_selective_region_ends_job_bounded(tmp_path):
     assert "rank      : 1 (local_rank: 1)" in out and "exitcode  : 3" in out, out[-3000:]
     assert "[rank 1] tp2 selective step 2" not in out
     print(f"job ended {elapsed:.1f} s after start (process-group timeout {timeout_s} s)")
+
+
+def test_rank_shutdown_under_load(tmp_path):
+    """The shutdown path looped under CPU load (two busy processes beside the job, as when CTest runs other entries):
+    every rank ends with status 0 and no abort at exit (Note [A rank exits without teardown], hpac/dist_train.py)."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        for i in range(3):
+            rc, out, _ = torchrun("--config", _config(tmp_path, f"tp2_{i}", parallel="{tp: 2}"), "--modes",
+                                  "selective", "--steps", "1", "--no-reference", timeout=300)
+            assert rc == 0 and "terminate called" not in out, out[-3000:]
+            assert out.count("OK: tp2, 1 steps") == 2, out[-3000:]
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
