@@ -30,9 +30,10 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _config(tmp_path, name, mode="selective", parallel="{dp: 2, fsdp: true}"):
+def _config(tmp_path, name, mode="selective", parallel="{dp: 2, fsdp: true}", compile_on=False):
     path = tmp_path / f"{name}.yaml"
-    path.write_text(MODEL % (mode, parallel))
+    text = MODEL % (mode, parallel)
+    path.write_text(text.replace("seed: 1234}", "seed: 1234, compile: true}") if compile_on else text)
     return str(path)
 
 
@@ -101,11 +102,7 @@ def test_compiled_layers_on_two_ranks(tmp_path, layout):
     rank within the tolerance of the 1-rank run, full and selective within it of off, hpac's policy asked while the
     compiler traced (aot_eager: AOTAutograd and its partitioner, no code generation, to keep the test short)."""
     out_json = tmp_path / "run.json"
-    path = _config(tmp_path, layout, parallel=LAYOUTS[layout])
-    with open(path) as f:
-        text = f.read().replace("seed: 1234}", "seed: 1234, compile: true}")
-    with open(path, "w") as f:
-        f.write(text)
+    path = _config(tmp_path, layout, parallel=LAYOUTS[layout], compile_on=True)
     rc, out, _ = torchrun("--config", path, "--json", str(out_json), "--compile-backend", "aot_eager")
     assert rc == 0, out[-4000:]
     run = json.loads(out_json.read_text())
@@ -119,11 +116,7 @@ def test_compiled_layers_on_two_ranks(tmp_path, layout):
 
 
 def test_compile_with_tensor_parallel_is_refused_on_every_rank(tmp_path):
-    path = _config(tmp_path, "tp2", parallel=LAYOUTS["tp2"])
-    with open(path) as f:
-        text = f.read().replace("seed: 1234}", "seed: 1234, compile: true}")
-    with open(path, "w") as f:
-        f.write(text)
+    path = _config(tmp_path, "tp2", parallel=LAYOUTS["tp2"], compile_on=True)
     rc, out, _ = torchrun("--config", path, "--compile-backend", "aot_eager", timeout=300)
     assert rc != 0
     for r in (0, 1):
