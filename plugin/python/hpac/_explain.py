@@ -2,13 +2,14 @@
 and time, and the memory timeline; rendered by the same C++ as hpac-explain (replay/explain.h)."""
 import json
 import os
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
 from ._budget import Budget
 from ._frame import checkpoint_with
 from ._loader import track_memory
-from ._regions import Invocation
+from ._regions import Invocation, PolicyLike
 
 EXPLAIN_MODES = ("off", "full", "selective")
 
@@ -28,15 +29,29 @@ class Explanation:
         return self.text
 
 
-def explain(fn, *args, policy="selective", modes=EXPLAIN_MODES, loss=None, json_path=None, svg_path=None,
-            rows=0, name=None, **kwargs):
-    """Explains one checkpoint region: runs fn(*args, **kwargs) and backward once per mode in `modes` (a subset
-    of "off", "full", "selective", in that order of drawing), capturing tensor bytes over each step (the
-    tracking allocator), and records what hpac did with each op of the `policy` run (a policy kind, a save
-    list or a Budget, as for hpac.checkpoint; a Budget still profiling runs its profile first, so the plan is
-    explained): decision, the rule or plan entry behind it, output bytes, measured µs. `loss` maps fn's
-    result to the scalar backward starts from (default: the sum of the result). Writes the JSON and the SVG
-    when paths are given. Returns an Explanation. The same C++ renders hpac-explain's output."""
+def explain(fn: Callable, *args: Any, policy: PolicyLike = "selective", modes: Sequence[str] = EXPLAIN_MODES,
+            loss: Optional[Callable[[Any], torch.Tensor]] = None, json_path: Optional[str] = None,
+            svg_path: Optional[str] = None, rows: int = 0, name: Optional[str] = None, **kwargs: Any) -> "Explanation":
+    """Explains one checkpoint region: runs fn and backward once per mode, capturing tensor bytes over each step
+    (the tracking allocator), and records what hpac did with each op of the `policy` run: decision, the rule or plan
+    entry behind it, output bytes, measured µs. The same C++ renders hpac-explain's output.
+
+    Args:
+        fn: the region (a function or module), called as fn(*args, **kwargs).
+        *args: its positional arguments.
+        policy: a policy kind, a save list or a Budget, as for hpac.checkpoint; a Budget still profiling runs its
+            profile first, so that the plan is explained.
+        modes: a subset of "off", "full", "selective", in that order of drawing.
+        loss: maps fn's result to the scalar backward starts from (default: the sum of the result).
+        json_path: where to write the JSON (schema "hpac.explain/1", docs/explain.md).
+        svg_path: where to write the memory timeline.
+        rows: how many rows of the per-op table the text shows (0: all).
+        name: the region's name in the report (default: fn's qualified name).
+        **kwargs: fn's keyword arguments.
+
+    Returns:
+        An Explanation (text, data, svg).
+    """
     for m in modes:
         if m not in EXPLAIN_MODES:
             raise ValueError(f"hpac.explain: unknown mode {m!r}; allowed: {', '.join(EXPLAIN_MODES)}")
