@@ -47,40 +47,14 @@
 // still keep outputs off would free, when that buys more recompute time.
 #pragma once
 
+#include "policy/profiled_op.h"
+
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace hpac {
-
-struct ProfiledOp {
-  std::string op;          // "aten::mm", "aten::max.dim": name and overload
-  const void* id = nullptr;  // the op's identity in this process (policy/op_tables.h OpId)
-  int64_t occurrence = 0;  // of this op within the forward
-  double micros = 0;       // measured kernel time
-  // (storage id, bytes) of each tensor output; ids are any integers equal for
-  // equal storages within one profile.
-  std::vector<std::pair<int64_t, int64_t>> storages;
-  // A view op (a return aliases an argument without writing it: t, view,
-  // select, unsqueeze, ...): never kept. Recomputing it runs no kernel, and a
-  // served view breaks autograd's view tracking on torch 2.x (Note [Views are
-  // recomputed]).
-  bool view = false;
-  // Dataflow, for Note [Dead ops are skipped]: the storage ids of its tensor
-  // arguments, of the storages its tensor returns live in (an in-place
-  // result: its argument's), and those read by ignored ops (not counted, so
-  // not profiled) that ran after it and before the next counted op.
-  std::vector<int64_t> reads;
-  std::vector<int64_t> writes;
-  std::vector<int64_t> later_reads;
-  // A kernel whose only effect is its returns (aten, not mutable, not seeded
-  // random, every return a fresh dense tensor): the recompute may skip it.
-  bool skippable = false;
-  // A collective (c10d, _c10d_functional): always kept (Note [Collectives are
-  // kept by every plan]).
-  bool collective = false;
-};
 
 struct BudgetPlan {
   std::vector<bool> save;     // per profiled op, in profile order

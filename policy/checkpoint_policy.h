@@ -13,7 +13,7 @@
 // (phase, invocation, op, occurrence, arguments) to a CheckpointPolicy.
 #pragma once
 
-#include "policy/budget_plan.h"
+#include "policy/profiled_op.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>

@@ -3,7 +3,7 @@
 // it in the recompute without re-issuing it (process-group calls per rank:
 // forward 1, recompute 0); full re-issues it symmetrically on both ranks; both
 // give gradients bit-identical to the same step without checkpointing.
-// See Note [In-place collectives] in replay/invocation.cpp.
+// See Note [In-place collectives] in replay/collective_work.cpp.
 //
 // The expert-parallel all-to-all (tools/distributed/parallel_ops.cpp, built from c10d::send and
 // c10d::recv_ because Gloo on 1.13 has no alltoall) on three ranks: selective
