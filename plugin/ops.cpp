@@ -162,7 +162,7 @@ class TracedPolicyHandle : public torch::CustomClassHolder {
   int64_t decide(const std::string& name, const std::string& overload) {
     const auto op = c10::Dispatcher::singleton().findSchema({name, overload});
     const CheckpointPolicy answer =
-        op ? traced_.decide(*op) : traced_.decideUnregistered(overload.empty() ? name : name + "." + overload);
+        op ? traced_.decide(*op) : traced_.decideUnregistered(qualifiedOpName(c10::OperatorName(name, overload)));
     return static_cast<int64_t>(answer);
   }
   std::vector<std::string> log() const { return traced_.log(); }
