@@ -258,13 +258,14 @@ def exit_without_teardown(status):
     Under load, one rank in two full test runs died after its OK line with "terminate called without an active
     exception" (SIGABRT). 36 runs of the tp2 layout beside two busy processes (2 to 4 jobs at a time) did not repeat
     it, so the cause is read off the process, not a core: when main() returns, after the closing barrier and
-    destroy_process_group(), a tp2 rank still runs 12 Gloo threads (gdb: 4 gloo_tcp_loop, 8 pt_gloo_runloop) of 4 process groups, which the
-    layout's Python objects still hold (the groups build_groups made, the DeviceMesh, the DTensor parameters). Their
-    C++ objects, threads and all, are destroyed during interpreter finalization and static destruction, in an order
-    torch does not control; std::terminate without an exception is what destroying a joinable std::thread does
-    (pytorch#190489; an atexit fix, pytorch#179291, was abandoned). hpac starts no thread. By the time main()
-    returns, every collective has completed on every rank, the JSON is closed and the verdict printed, so nothing
-    is left that teardown could finish: the rank flushes its output and leaves with os._exit, and none of those
+    destroy_process_group(), a tp2 rank still runs 12 Gloo threads (gdb: 4 gloo_tcp_loop, 8 pt_gloo_runloop) of 4
+    process groups, which the layout's Python objects still hold (the groups build_groups made, the DeviceMesh, the
+    DTensor parameters). Their C++ objects, threads and all, are destroyed during interpreter finalization and
+    static destruction, in an order torch does not control; std::terminate without an exception is what destroying a
+    joinable std::thread does (pytorch#190489; an atexit fix, pytorch#179291, was abandoned). hpac starts no thread.
+    By the time main() returns, every collective has completed on every rank, the JSON is closed and the verdict
+    printed, so nothing is left that teardown could finish: the rank flushes its output and leaves with os._exit,
+    and none of those
     destructors runs at exit at all."""
     sys.stdout.flush()
     sys.stderr.flush()
