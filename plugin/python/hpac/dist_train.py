@@ -265,8 +265,7 @@ def exit_without_teardown(status):
     joinable std::thread does (pytorch#190489; an atexit fix, pytorch#179291, was abandoned). hpac starts no thread.
     By the time main() returns, every collective has completed on every rank, the JSON is closed and the verdict
     printed, so nothing is left that teardown could finish: the rank flushes its output and leaves with os._exit,
-    and none of those
-    destructors runs at exit at all."""
+    and none of those destructors runs at exit at all."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
