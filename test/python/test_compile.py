@@ -366,3 +366,22 @@ def test_moe_block_with_a_data_dependent_expert_loop():
     assert_same(got, ref, atol=TOLERANCE)
     assert torch._dynamo.utils.counters["graph_break"], "the expert loop was expected to break the graph"
     assert hpac.global_stats()["served"] > 0  # the region ran eagerly through hpac's fallback
+
+
+def test_dynamic_shapes_one_graph_and_exact():
+    """torch.compile(dynamic=True) over an hpac region (pytorch#166926 reported "A different number of tensors was
+    saved" when a dynamic-shape recompute took another graph): four sequence lengths, one graph, gradients exact."""
+    from moe_block import Attention
+    torch.manual_seed(0)
+    attention = Attention(32, 4, 0.0, "sdpa")
+    f = torch.compile(functools.partial(_ctx("selective"), attention), backend="aot_eager", dynamic=True)
+    for seq in (8, 12, 16, 20):
+        x = torch.randn(2, seq, 32, requires_grad=True)
+        attention.zero_grad(set_to_none=True)
+        f(x).sum().backward()
+        got = [p.grad.clone() for p in attention.parameters()]
+        attention.zero_grad(set_to_none=True)
+        attention(x).sum().backward()
+        assert_same(got, [p.grad for p in attention.parameters()])
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    assert hpac_compile.TRACED and not torch._dynamo.utils.counters["graph_break"]
