@@ -274,6 +274,7 @@ class Preparation:
         self.submodules_wrapped = 0
         self.layers = []
         self.compiled = []        # paths of the layers compiled (train.compile)
+        self._compiled_modules = []
         self.messages = []
         self.warnings = []
         self._log = None
@@ -517,6 +518,7 @@ def _compile_layers(prep, modules, paths, backend):
     for module, path in zip(modules, paths):
         module.compile(backend=backend)
         prep.compiled.append(path)
+        prep._compiled_modules.append(module)
     prep.info(f"compiled {len(prep.compiled)} layers with {backend} (module.compile() per layer, after wrapping; the "
               "checkpointed layers' policy tags the traced graph and the compiler recomputes)")
     if getattr(getattr(prep.discovery.inner_model, "config", None), "_experts_implementation", None) == "eager":
@@ -527,8 +529,9 @@ def _compile_layers(prep, modules, paths, backend):
 
 def unprepare(model, prep):
     """Undoes prepare's wrapping (use_cache is left as prepare set it)."""
+    for module in prep._compiled_modules:
+        module._compiled_call_impl = None  # undoes module.compile()
     for p in prep.layers:
-        p.module._compiled_call_impl = None  # undoes module.compile()
         unwrap_checkpoint(p.module)
         for name in p.submodules:
             unwrap_checkpoint(p.module._modules[name])

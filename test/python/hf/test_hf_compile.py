@@ -68,8 +68,9 @@ def test_budget_with_compile_is_refused_before_training():
         hf.prepare(models.qwen3_moe(config["model"]), config, log=None)
 
 
-def test_unprepare_undoes_the_compile():
-    config = _yaml("selective", True)
+@pytest.mark.parametrize("mode", ["selective", "off"])
+def test_unprepare_undoes_the_compile(mode):
+    config = _yaml(mode, True)
     model = models.qwen3_moe(config["model"])
     prep = hf.prepare(model, config, log=None, compile_backend="aot_eager")
     assert all(layer._compiled_call_impl is not None for layer in model.model.layers)
