@@ -71,10 +71,14 @@ _TABLES = (("ignored", IGNORED_OPS), ("recompute", RECOMPUTE_OPS), ("matmul", MA
 @functools.lru_cache(maxsize=None)
 def category(op):
     """'ignored' | 'recompute' | 'matmul' | 'save' | 'other' for an OpOverload, as hpac's op tables classify it."""
-    name = op._schema.name  # "aten::mm"
-    overload = f"{name}.{op._overloadname}"  # "aten::mm.default"
+    return category_of(op._schema.name, op._overloadname)
+
+
+@functools.lru_cache(maxsize=None)
+def category_of(name, overload="default"):
+    """category() by name: `name` "aten::mm", `overload` "default" for the overload with the empty name."""
     for kind, table in _TABLES:
-        if name in table or overload in table:
+        if name in table or f"{name}.{overload}" in table:
             return kind
     return "other"
 

@@ -171,13 +171,9 @@ def test_the_policy_sees_under_compile_what_it_sees_in_eager():
 
 
 def _kind(op_name):
-    class _Op:  # sac_reference.category reads an OpOverload's schema name and overload
-        pass
+    """sac_reference's category of an op named as hpac's logs name it ("aten::mm", "aten::max.dim")."""
     name, _, overload = op_name.partition(".")
-    op = _Op()
-    op._schema = type("S", (), {"name": name})()
-    op._overloadname = overload or "default"
-    return sac_reference.category(op)
+    return sac_reference.category_of(name, overload or "default")
 
 
 def test_same_kept_set_as_pytorch_sac_with_the_same_rules():

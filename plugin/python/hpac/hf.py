@@ -389,8 +389,7 @@ def prepare(model, config, registry=None, log=log_to_stderr, record_ops=False, c
         if compile_on:
             reg = registry if registry is not None else load_registry()
             prep.discovery = discover(model, reg)
-            _compile_layers(prep, [ref.module for c in prep.discovery.containers for ref in c.layers],
-                            [ref.path for c in prep.discovery.containers for ref in c.layers], compile_backend)
+            _compile_layers(prep, [ref for c in prep.discovery.containers for ref in c.layers], compile_backend)
             return prep
         prep.info("activation checkpointing off: model left as is (no discovery, no wrapping, use_cache untouched)")
         if config["activation_swap"] == "attention":
@@ -507,18 +506,18 @@ def prepare(model, config, registry=None, log=log_to_stderr, record_ops=False, c
         prep.warn(f"0 modules wrapped: no layer of {d.class_name} could be checkpointed (submodule names outside the "
                   "alias lists); training runs without activation checkpointing")
     if compile_on:
-        _compile_layers(prep, [p.module for p in prep.layers], [p.path for p in prep.layers], compile_backend)
+        _compile_layers(prep, prep.layers, compile_backend)
     return prep
 
 
-def _compile_layers(prep, modules, paths, backend):
+def _compile_layers(prep, layers, backend):
     """train.compile: each layer compiled after wrapping, in place (module.compile(): the module object and its
     state_dict keys stay; torch.compile(module) would add an _orig_mod. prefix), as torchtitan applies checkpointing,
     then compile per block. Layers of one shape share one graph (Note [context_fn under torch.compile])."""
-    for module, path in zip(modules, paths):
-        module.compile(backend=backend)
-        prep.compiled.append(path)
-        prep._compiled_modules.append(module)
+    for layer in layers:  # discovered layer refs or PreparedLayers: each has .module and .path
+        layer.module.compile(backend=backend)
+        prep.compiled.append(layer.path)
+        prep._compiled_modules.append(layer.module)
     prep.info(f"compiled {len(prep.compiled)} layers with {backend} (module.compile() per layer, after wrapping; the "
               "checkpointed layers' policy tags the traced graph and the compiler recomputes)")
     if getattr(getattr(prep.discovery.inner_model, "config", None), "_experts_implementation", None) == "eager":
