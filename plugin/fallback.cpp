@@ -62,8 +62,15 @@ void handle(Invocation& invocation, const Invocation::Admission& admission, cons
     case Invocation::Action::kSkip:
       invocation.skip(admission, op, stack);  // the kernel does not run (Note [Dead ops are skipped])
       return;
-    case Invocation::Action::kIgnore:
+    case Invocation::Action::kSkipWrite:
+      invocation.skipWrite(admission, op, stack);  // made once, in the forward (Note [State written twice])
+      return;
     case Invocation::Action::kRecompute:
+      if (C10_UNLIKELY(admission.redirect_writes)) invocation.redirectWrites(admission, op, stack);
+      runBelowHpac(op, ks, stack);
+      if (C10_UNLIKELY(admission.verify_routing)) invocation.verifyRouting(admission, op, *stack);  // Note [Routing is verified]
+      return;
+    case Invocation::Action::kIgnore:
       runBelowHpac(op, ks, stack);
       return;
   }
@@ -98,9 +105,10 @@ void hpacFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
     handle(invocation, admission, op, ks, stack);
     const auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
     invocation.observe(admission, op, *stack, nanos.count());
-    return;
+  } else {
+    handle(invocation, admission, op, ks, stack);
   }
-  handle(invocation, admission, op, ks, stack);
+  if (region.phase == Phase::kForward) invocation.noteProduced(admission, op, *stack);  // Note [State written twice]
 }
 
 uint64_t fallbackEntriesOnThisThread() {

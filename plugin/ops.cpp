@@ -32,6 +32,10 @@ c10::Dict<std::string, int64_t> toDict(const InvocationStats& s) {
   d.insert("recomputes", s.recomputes);
   d.insert("unserved", s.unserved);
   d.insert("unserved_bytes", s.unserved_bytes);
+  d.insert("routing_checked", s.routing_checked);
+  d.insert("state_writes", s.state_writes);
+  d.insert("state_writes_skipped", s.state_writes_skipped);
+  d.insert("packed", s.packed);
   return d;
 }
 
@@ -39,11 +43,22 @@ c10::Dict<std::string, int64_t> toDict(const InvocationStats& s) {
 // between enter() and exit(). The guard lives on the thread that entered.
 class InvocationHandle : public torch::CustomClassHolder {
  public:
-  InvocationHandle(const std::string& kind, const std::vector<std::string>& save_list, bool allow_cache_mutation)
+  InvocationHandle(const std::string& kind, const std::vector<std::string>& save_list, bool allow_cache_mutation,
+                   const std::string& routing, const std::string& state_writes, bool respect_saved_tensors_hooks)
       : InvocationHandle(policyForKind(parsePolicyKind(kind, "hpac.Invocation"), save_list, "hpac.Invocation"),
-                         allow_cache_mutation) {}
-  InvocationHandle(const PolicyFactory& policy, bool allow_cache_mutation)
-      : invocation_(std::make_unique<Invocation>(policy, InvocationOptions{allow_cache_mutation, nullptr})) {}
+                         options(allow_cache_mutation, routing, state_writes, respect_saved_tensors_hooks)) {}
+  InvocationHandle(const PolicyFactory& policy, const InvocationOptions& options)
+      : invocation_(std::make_unique<Invocation>(policy, options)) {}
+
+  static InvocationOptions options(bool allow_cache_mutation, const std::string& routing,
+                                   const std::string& state_writes, bool respect_saved_tensors_hooks) {
+    InvocationOptions o;
+    o.allow_cache_mutation = allow_cache_mutation;
+    o.routing = routingRuleOrThrow(routing, "hpac: routing");
+    o.state_writes = stateWriteRuleOrThrow(state_writes, "hpac: state_writes");
+    o.respect_saved_tensors_hooks = respect_saved_tensors_hooks;
+    return o;
+  }
 
   int64_t id() const { return static_cast<int64_t>(invocation_->id()); }
 
@@ -54,6 +69,9 @@ class InvocationHandle : public torch::CustomClassHolder {
                 " region; exit() it first");
     guard_ = std::make_unique<RegionGuard>(*invocation_, phase == "forward" ? Phase::kForward : Phase::kRecompute);
     phase_ = phase == "forward" ? Phase::kForward : Phase::kRecompute;
+    // Python regions are entered inside their checkpoint frame's saved_tensors_hooks (torch.utils.checkpoint's,
+    // hpac.checkpoint's): one pair on top that is not the user's (Note [Outer saved-tensor hooks]).
+    if (phase_ == Phase::kForward) invocation_->useOuterHooks(OuterHooks::capture(/*frame_hooks=*/1));
     thread_ = std::this_thread::get_id();
   }
 
@@ -72,6 +90,11 @@ class InvocationHandle : public torch::CustomClassHolder {
   // Whether note_saved wants this forward's saved tensors (a budget profile, or a plan that skips ops).
   bool watchesSaved() const { return invocation_->watchesAutogradSaves(); }
   void noteSaved(const at::Tensor& t) { invocation_->noteAutogradSaved(t); }
+  void nameState(const std::vector<at::Tensor>& tensors, const std::vector<std::string>& names) {
+    TORCH_CHECK(tensors.size() == names.size(), "hpac.Invocation.name_state: ", tensors.size(), " tensors but ",
+                names.size(), " names");
+    invocation_->nameState(tensors, names);
+  }
   std::vector<std::string> opLog() const { return invocation_->opLog(); }
   void explain() {
     TORCH_CHECK(invocation_->stats().ops_forward == 0 && !guard_, "hpac.Invocation.explain: invocation ", id(),
@@ -112,8 +135,11 @@ class BudgetRegionHandle : public torch::CustomClassHolder {
   std::string planSource() const { return region_->planSource(); }
 
   // A new checkpoint call of this region.
-  c10::intrusive_ptr<InvocationHandle> invocation(bool allow_cache_mutation) {
-    return c10::make_intrusive<InvocationHandle>(region_->factory(), allow_cache_mutation);
+  c10::intrusive_ptr<InvocationHandle> invocation(bool allow_cache_mutation, const std::string& routing,
+                                                  const std::string& state_writes, bool respect_saved_tensors_hooks) {
+    return c10::make_intrusive<InvocationHandle>(
+        region_->factory(),
+        InvocationHandle::options(allow_cache_mutation, routing, state_writes, respect_saved_tensors_hooks));
   }
 
   std::string stage() const { return toString(region_->status().stage); }
@@ -155,8 +181,9 @@ class BudgetRegionHandle : public torch::CustomClassHolder {
 // int of torch.utils.checkpoint.CheckpointPolicy (the same order as hpac's).
 class TracedPolicyHandle : public torch::CustomClassHolder {
  public:
-  TracedPolicyHandle(const std::string& kind, const std::vector<std::string>& save_list)
-      : traced_(policyForKind(parsePolicyKind(kind, "hpac.TracedPolicy"), save_list, "hpac.TracedPolicy")) {}
+  TracedPolicyHandle(const std::string& kind, const std::vector<std::string>& save_list, bool save_routing)
+      : traced_(policyForKind(parsePolicyKind(kind, "hpac.TracedPolicy"), save_list, "hpac.TracedPolicy"),
+                save_routing) {}
 
   // name "ns::op", overload "" for the default overload.
   int64_t decide(const std::string& name, const std::string& overload) {
@@ -247,7 +274,7 @@ void registerHpacOps(torch::Library& m) {
   m.def("fallback_entries() -> int", [] { return static_cast<int64_t>(fallbackEntriesOnThisThread()); });
 
   m.class_<InvocationHandle>("Invocation")
-      .def(torch::init<std::string, std::vector<std::string>, bool>())
+      .def(torch::init<std::string, std::vector<std::string>, bool, std::string, std::string, bool>())
       .def("id", &InvocationHandle::id)
       .def("enter", &InvocationHandle::enter)
       .def("exit", &InvocationHandle::exit)
@@ -256,6 +283,7 @@ void registerHpacOps(torch::Library& m) {
       .def("record_ops", &InvocationHandle::recordOps)
       .def("watches_saved", &InvocationHandle::watchesSaved)
       .def("note_saved", &InvocationHandle::noteSaved)
+      .def("name_state", &InvocationHandle::nameState)
       .def("op_log", &InvocationHandle::opLog)
       .def("explain", &InvocationHandle::explain);
 
@@ -270,7 +298,7 @@ void registerHpacOps(torch::Library& m) {
       .def("plan_source", &BudgetRegionHandle::planSource);
 
   m.class_<TracedPolicyHandle>("TracedPolicy")
-      .def(torch::init<std::string, std::vector<std::string>>())
+      .def(torch::init<std::string, std::vector<std::string>, bool>())
       .def("decide", &TracedPolicyHandle::decide)
       .def("log", &TracedPolicyHandle::log)
       .def("stats", &TracedPolicyHandle::stats);

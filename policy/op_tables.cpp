@@ -108,6 +108,25 @@ constexpr OpEntry kUnsafeAliasOps[] = {
     {"aten::unsafe_split_with_sizes", kRequired},
 };
 
+// Routing: ops whose outputs decide where tokens go (which experts, how many
+// rows each) — Note [Routing is verified] (replay/routing_check.h). Their
+// integer returns are compared between forward and recompute when the
+// policy recomputes them, or they are saved (RoutingRule::kSave).
+constexpr OpEntry kRoutingOps[] = {
+    {"aten::_unique2", kRequired},
+    {"aten::argmax", kRequired},
+    {"aten::argsort", kRequired},
+    {"aten::bincount", kRequired},
+    {"aten::histc", kRequired},
+    {"aten::kthvalue", kRequired},
+    {"aten::nonzero", kRequired},
+    {"aten::repeat_interleave.Tensor", kRequired},
+    {"aten::sort", kRequired},
+    {"aten::topk", kRequired},
+    {"aten::unique_consecutive", kRequired},
+    {"aten::unique_dim", kRequired},
+};
+
 // Splits "ns::op[.overload]" into (op, overload, every_overload).
 struct ParsedEntry {
   std::string name;
@@ -170,6 +189,7 @@ c10::ArrayRef<OpEntry> recomputeOps() { return kRecomputeOps; }
 c10::ArrayRef<OpEntry> matmulOps() { return kMatmulOps; }
 c10::ArrayRef<OpEntry> saveOps() { return kSaveOps; }
 c10::ArrayRef<OpEntry> unsafeAliasOps() { return kUnsafeAliasOps; }
+c10::ArrayRef<OpEntry> routingOps() { return kRoutingOps; }
 
 std::vector<c10::OperatorHandle> resolveEntry(const std::string& entry) {
   const ParsedEntry parsed = parseEntry(entry);
@@ -193,11 +213,16 @@ ResolvedOpTables::ResolvedOpTables() {
   add(kRecomputeOps, OpCategory::kRecompute);
   add(kMatmulOps, OpCategory::kMatmul);
   add(kSaveOps, OpCategory::kSave);
-  for (const OpEntry& entry : kUnsafeAliasOps) {
+  addSet(kUnsafeAliasOps, "unsafe-alias", unsafe_alias_);
+  addSet(kRoutingOps, "routing", routing_);
+}
+
+void ResolvedOpTables::addSet(c10::ArrayRef<OpEntry> table, const char* label, std::unordered_set<OpId>& into) {
+  for (const OpEntry& entry : table) {
     const auto handles = resolveEntry(entry.name);
-    TORCH_CHECK(!handles.empty() || entry.optional, "hpac: required op table entry '", entry.name,
-                "' (unsafe-alias table) is not registered in this process");
-    for (const auto& h : handles) unsafe_alias_.insert(opId(h));
+    TORCH_CHECK(!handles.empty() || entry.optional, "hpac: required op table entry '", entry.name, "' (", label,
+                " table) is not registered in this process");
+    for (const auto& h : handles) into.insert(opId(h));
   }
 }
 
@@ -253,7 +278,7 @@ class WatchedOpListener final : public c10::OpRegistrationListener {
 TableRegistry& tableRegistry() {
   static TableRegistry* registry = [] {
     auto* r = new TableRegistry();  // leaked: the listener may fire during static destruction
-    for (auto table : {ignoredOps(), recomputeOps(), matmulOps(), saveOps(), unsafeAliasOps()}) {
+    for (auto table : {ignoredOps(), recomputeOps(), matmulOps(), saveOps(), unsafeAliasOps(), routingOps()}) {
       for (const OpEntry& e : table) {
         if (e.optional) r->watched.insert(parseEntry(e.name).name);
       }

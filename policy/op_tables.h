@@ -42,6 +42,7 @@ c10::ArrayRef<OpEntry> recomputeOps();
 c10::ArrayRef<OpEntry> matmulOps();
 c10::ArrayRef<OpEntry> saveOps();
 c10::ArrayRef<OpEntry> unsafeAliasOps();
+c10::ArrayRef<OpEntry> routingOps();
 
 // Identity of an operator inside this process: the address of its registered
 // name, stable for as long as the operator is registered.
@@ -103,14 +104,19 @@ class ResolvedOpTables {
     }
     return false;
   }
+  // Routing ops (topk, histc, sort, nonzero...): their outputs decide where MoE tokens go, and a recompute that
+  // computes them differently would route differently (Note [Routing is verified], replay/routing_check.h).
+  bool isRouting(const c10::OperatorHandle& op) const { return routing_.count(opId(op)) != 0; }
   const std::vector<std::string>& missingOptional() const { return missing_optional_; }
   size_t resolvedCount() const { return category_.size(); }
 
  private:
   void add(c10::ArrayRef<OpEntry> table, OpCategory category);
+  void addSet(c10::ArrayRef<OpEntry> table, const char* label, std::unordered_set<OpId>& into);
 
   std::unordered_map<OpId, OpCategory> category_;
   std::unordered_set<OpId> unsafe_alias_;
+  std::unordered_set<OpId> routing_;
   std::vector<std::string> missing_optional_;
 };
 

@@ -11,13 +11,14 @@ namespace {
 std::atomic<uint64_t> next_traced_id{1};
 }  // namespace
 
-TracedPolicy::TracedPolicy(const PolicyFactory& factory)
+TracedPolicy::TracedPolicy(const PolicyFactory& factory, bool save_routing)
     // No factory is the full checkpoint (policy_kind.h); traced, it is recomputeAllPolicy's PREFER_RECOMPUTE for
     // every op, as torch.compile's own checkpoint without a policy: the partitioner may still keep what is cheaper
     // to keep than to recompute.
     : tables_(ResolvedOpTables::global()),
       policy_(factory ? factory() : recomputeAllPolicy()()),
-      id_(next_traced_id.fetch_add(1)) {
+      id_(next_traced_id.fetch_add(1)),
+      save_routing_(save_routing) {
   TORCH_CHECK(policy_ != nullptr, "hpac: the policy factory of traced region ", id_, " returned a null policy");
   TORCH_CHECK(!policy_->wantsProfile(),
               "hpac: a memory budget (hpac.budget) cannot decide a region that torch.compile traces: its plan is "
@@ -37,6 +38,7 @@ CheckpointPolicy TracedPolicy::decide(const c10::OperatorHandle& op) {
   ++counted_;
   const OpContext ctx{/*is_recompute=*/false, id_, op, occurrence, {}};
   CheckpointPolicy answer = policy_->decide(ctx);
+  if (save_routing_ && tables_.isRouting(op)) answer = CheckpointPolicy::MUST_SAVE;
   if (isSave(answer) && tables_.returnsAlias(op)) answer = CheckpointPolicy::MUST_RECOMPUTE;
   saved_ += isSave(answer);
   log_.push_back(qualifiedOpName(op.operator_name()) + " " + toString(answer));

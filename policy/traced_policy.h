@@ -37,7 +37,9 @@ class TracedPolicy {
   // c10::Error if the factory makes no policy, or if the policy profiles
   // (a memory budget: its plan is made from an eager profile, which a traced
   // region never runs).
-  explicit TracedPolicy(const PolicyFactory& factory);
+  // save_routing: routing ops (ResolvedOpTables::isRouting) are MUST_SAVE whatever the policy says, as
+  // RoutingRule::kSave makes them in eager replay (Note [Routing is verified], replay/routing_check.h).
+  explicit TracedPolicy(const PolicyFactory& factory, bool save_routing = false);
 
   // The answer for the next call of `op` in the traced forward.
   CheckpointPolicy decide(const c10::OperatorHandle& op);
@@ -57,6 +59,7 @@ class TracedPolicy {
   const ResolvedOpTables& tables_;
   std::unique_ptr<Policy> policy_;
   uint64_t id_;
+  bool save_routing_;
   std::unordered_map<OpId, int64_t> occurrences_;
   int64_t counted_ = 0;
   int64_t ignored_ = 0;

@@ -58,7 +58,8 @@ class Frame : public std::enable_shared_from_this<Frame> {
       : fn_(std::move(fn)),
         preserve_rng_(options.preserve_rng_state),
         determinism_check_(options.determinism_check),
-        invocation_(options.policy, InvocationOptions{options.allow_cache_mutation, options.explain}),
+        invocation_(options.policy, InvocationOptions{options.allow_cache_mutation, options.explain, options.routing,
+                                                      options.state_writes, options.respect_saved_tensors_hooks}),
         stats_out_(options.stats_out) {
     inputs_.reserve(inputs.size());
     for (const at::Tensor& t : inputs) {
@@ -259,8 +260,11 @@ std::vector<at::Tensor> checkpoint(const CheckpointFn& fn, const std::vector<at:
   auto frame = std::make_shared<Frame>(fn, inputs, options);
   std::vector<at::Tensor> outputs;
   {
-    PackScope pack(frame.get(), /*recompute=*/false);
+    // The region ends after the pack scope: its end hands what it keeps to the hooks around it, which the engine
+    // gives only outside a pack scope (Note [Outer saved-tensor hooks]). This frame pushes no hooks of its own.
     RegionGuard region(frame->invocation(), Phase::kForward);
+    frame->invocation().useOuterHooks(OuterHooks::capture(/*frame_hooks=*/0));
+    PackScope pack(frame.get(), /*recompute=*/false);
     outputs = fn(inputs);
   }
   return outputs;

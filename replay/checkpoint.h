@@ -54,6 +54,11 @@ struct CheckpointOptions {
   bool determinism_check = true;
   // See InvocationOptions::allow_cache_mutation.
   bool allow_cache_mutation = false;
+  // See InvocationOptions: routing ops (Note [Routing is verified]), writes to outside tensors in the recompute
+  // (Note [State written twice]), the saved-tensor hooks around the region (Note [Outer saved-tensor hooks]).
+  RoutingRule routing = RoutingRule::kVerify;
+  StateWriteRule state_writes = StateWriteRule::kWarn;
+  bool respect_saved_tensors_hooks = true;
   // Reentrant path only: tensors fn uses that need gradients besides inputs.
   std::vector<at::Tensor> parameters;
   // If set, receives the stats of this checkpoint's invocation when the last

@@ -13,6 +13,7 @@
 #include <c10/util/Exception.h>
 
 #include <mutex>
+#include <unordered_set>
 
 namespace hpac {
 namespace {
@@ -130,6 +131,10 @@ static void addScaled(InvocationStats& a, const InvocationStats& b, int64_t k) {
   a.recomputes += k * b.recomputes;
   a.unserved += k * b.unserved;
   a.unserved_bytes += k * b.unserved_bytes;
+  a.routing_checked += k * b.routing_checked;
+  a.state_writes += k * b.state_writes;
+  a.state_writes_skipped += k * b.state_writes_skipped;
+  a.packed += k * b.packed;
 }
 
 InvocationStats& InvocationStats::operator+=(const InvocationStats& o) {
@@ -175,12 +180,16 @@ void Invocation::endPhase(bool completed) {
   if (phase_ == Phase::kRecompute) {
     releaseUnserved(completed);
     scratch_.clear();  // the skipped returns still alive keep theirs
+    routing_.clear();  // decisions a recompute ended early never compared
   }
   if (profiling_) flushProfiled();
   if (phase_ == Phase::kForward) {  // Note [Skips are verified]
     if (skips_void_ || !completed) skipped_.clear();
     skip_storages_.clear();
     skips_void_ = false;
+    state_writes_.endForward();
+    if (outer_hooks_ != nullptr && completed) packKept();  // Note [Outer saved-tensor hooks]
+    outer_hooks_.reset();
   }
   policy_->onPhaseEnd(phase_ == Phase::kRecompute, completed);
   profile_ids_.clear();
@@ -231,20 +240,33 @@ Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& 
         return Admission{Action::kSkip, occurrence, nullptr, &dead->second};
       }
     }
+    Admission admission{Action::kRecompute, occurrence};
+    admission.verify_routing = routing_.holds(op, occurrence);
+    if (C10_UNLIKELY(!state_writes_.empty()) && state_writes_.find(op, occurrence) != nullptr) {
+      admission = recomputeStateWrite(admission, op);
+      if (admission.action == Action::kSkipWrite) return admission;
+    }
     if (C10_UNLIKELY(record_ops_)) logOp(phase, op, "recomputed");
     ++stats_.recomputed;
-    return Admission{Action::kRecompute, occurrence};
+    return admission;
   }
+  // Note [State written twice]
+  const bool writes_outside = (op.schema().is_mutable() || StateWrites::writesUnannotated(op)) &&
+                              state_writes_.checkWrite(op, occurrence, stack);
   const size_t num_args = op.schema().arguments().size();
   const OpContext ctx{recompute, id_, op, occurrence,
                       c10::ArrayRef<c10::IValue>(stack.data() + stack.size() - num_args, num_args)};
   last_answer_ = policy_->decide(ctx);
   // Note [Views are recomputed]
-  const bool save_op = isSave(last_answer_) && !tables_.returnsAlias(op);
+  bool save_op = isSave(last_answer_) && !tables_.returnsAlias(op) && !writes_outside;
+  // Note [Routing is verified]: routing ops are saved (RoutingRule::kSave) or their decision kept for the check.
+  const bool routing = tables_.isRouting(op) && !tables_.returnsAlias(op);
+  if (routing && options_.routing == RoutingRule::kSave) save_op = true;
   if (C10_UNLIKELY(record_ops_)) logOp(phase, op, save_op ? "saved" : "run");
   ++stats_.ops_forward;
   Admission admission{save_op ? Action::kSave : Action::kRun, occurrence};
   admission.remember_skip = may_skip_ && !save_op && !isSave(last_answer_) && policy_->skipInRecompute();
+  admission.check_routing = routing && !save_op && !admission.remember_skip;
   if (C10_UNLIKELY(!skip_storages_.empty()) && !save_op && !admission.remember_skip && !tables_.returnsAlias(op)) {
     checkSkipReads(stack, num_args);  // an op the recompute runs
   }
@@ -465,6 +487,7 @@ void Invocation::afterRun(const Admission& admission, const c10::OperatorHandle&
   if (!cached_storage_.empty() && tables_.isUnsafeAlias(op)) {
     watchUnsafeAliases(stack, op.schema().returns().size());
   }
+  if (C10_UNLIKELY(admission.check_routing)) routing_.keep(op, admission.occurrence, stack);
   if (C10_UNLIKELY(admission.remember_skip) && skippable(op, stack)) {
     const size_t num_returns = op.schema().returns().size();
     SkippedReturns r;
@@ -698,6 +721,7 @@ void Invocation::serve(const Admission& admission, const c10::OperatorHandle& op
                   "the region, or set allow_cache_mutation (saved outputs are then cloned).");
     }
   }
+  if (!entry.packed.empty()) unpack(entry);  // Note [Outer saved-tensor hooks]
   const auto& schema = op.schema();
   const size_t num_args = schema.arguments().size();
   const size_t args_begin = stack->size() - num_args;
@@ -729,6 +753,123 @@ void Invocation::serve(const Admission& admission, const c10::OperatorHandle& op
   }
   ++stats_.served;
   release(entry);
+}
+
+// Note [Outer saved-tensor hooks]
+void Invocation::packKept() {
+  c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());  // the hooks' own ops are not the region's
+  for (auto& [key, entry] : storage_) {
+    if (entry.served || !entry.packed.empty()) continue;
+    bool gave_none = false;
+    auto pack = [&](const at::Tensor& t) -> at::Tensor {
+      entry.defined.push_back(t.defined());
+      if (!t.defined()) return t;
+      std::unique_ptr<torch::autograd::SavedVariableHooks> hooks = outer_hooks_->make();
+      if (hooks == nullptr) {
+        gave_none = true;
+        return t;
+      }
+      hooks->call_pack_hook(t);
+      entry.packed.push_back(std::move(hooks));
+      ++stats_.packed;
+      return at::Tensor();
+    };
+    for (c10::IValue& out : entry.outputs) out = mapTensors(out, pack);
+    for (at::Tensor& w : entry.written) w = pack(w);
+    TORCH_INTERNAL_ASSERT(!gave_none || entry.packed.empty(), "hpac: the outer saved-tensor hooks vanished while "
+                          "invocation ", id_, " packed its kept outputs");
+    if (gave_none) {
+      entry.defined.clear();
+      return;
+    }
+    for (const c10::StorageImpl* s : entry.storages) cached_storage_.erase(s);
+    entry.storages.clear();
+  }
+}
+
+void Invocation::unpack(Entry& entry) {
+  c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
+  size_t slot = 0, next = 0;
+  auto unpacked = [&](const at::Tensor&) -> at::Tensor {
+    TORCH_INTERNAL_ASSERT(slot < entry.defined.size(), "hpac: packed entry of invocation ", id_, " is short");
+    if (!entry.defined[slot++]) return at::Tensor();
+    return entry.packed[next++]->call_unpack_hook();
+  };
+  for (c10::IValue& out : entry.outputs) out = mapTensors(out, unpacked);
+  for (at::Tensor& w : entry.written) w = unpacked(w);
+  entry.packed.clear();
+  entry.defined.clear();
+}
+
+// Note [State written twice]: what the recompute does with an outside write the forward made.
+Invocation::Admission Invocation::recomputeStateWrite(Admission admission, const c10::OperatorHandle& op) {
+  const StateWrites::Write& w = *state_writes_.find(op, admission.occurrence);
+  ++stats_.state_writes;
+  const std::string what = opName(op) + " occurrence " + std::to_string(admission.occurrence) + " of invocation " +
+                           std::to_string(id_) + " writes " + w.what +
+                           " in place, a tensor from outside the checkpoint region: the forward wrote it, and the "
+                           "recompute in backward writes it again (a counter or running statistic counted twice)";
+  switch (options_.state_writes) {
+    case StateWriteRule::kError:
+      TORCH_CHECK(false, "hpac: ", what, ". Set state_writes: skip (activation_checkpoint.state_writes in the "
+                  "trainer's YAML, state_writes=\"skip\" in Python) to make the write once, in the forward "
+                  "(Note [State written twice]).");
+    case StateWriteRule::kWarn: {
+      static std::mutex warned_mutex;
+      static std::unordered_set<std::string>* warned = new std::unordered_set<std::string>();
+      std::lock_guard<std::mutex> lock(warned_mutex);
+      if (warned->insert(qualifiedOpName(op.operator_name()) + " " + w.what).second) {
+        TORCH_WARN("hpac: ", what, ". Set state_writes: skip (activation_checkpoint.state_writes in the trainer's "
+                   "YAML, state_writes=\"skip\" in Python) to make the write once, or state_writes: error to stop "
+                   "(Note [State written twice]). Warned once per op and tensor.");
+      }
+      return admission;
+    }
+    case StateWriteRule::kSkip:
+      ++stats_.state_writes_skipped;
+      if (w.only_writes) {
+        if (C10_UNLIKELY(record_ops_)) logOp(Phase::kRecompute, op, "skipped-write");
+        admission.action = Action::kSkipWrite;
+      } else {
+        admission.redirect_writes = true;
+      }
+      return admission;
+  }
+  return admission;
+}
+
+void Invocation::skipWrite(const Admission& /*admission*/, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const size_t num_args = schema.arguments().size();
+  std::vector<c10::IValue> args(std::make_move_iterator(stack->end() - num_args), std::make_move_iterator(stack->end()));
+  torch::jit::drop(*stack, num_args);
+  for (size_t j = 0; j < schema.returns().size(); ++j) {
+    const int64_t aliased = aliasedArgument(schema, j);
+    TORCH_INTERNAL_ASSERT(aliased >= 0, "hpac: ", opName(op), " has a return of its own; it cannot be skipped");
+    stack->push_back(args[aliased]);
+  }
+}
+
+void Invocation::redirectWrites(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const StateWrites::Write* w = state_writes_.find(op, admission.occurrence);
+  if (w == nullptr) return;
+  const size_t begin = stack->size() - op.schema().arguments().size();
+  c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
+  for (size_t i : w->outside_args) {
+    (*stack)[begin + i] = mapTensors((*stack)[begin + i], [](const at::Tensor& t) { return t.defined() ? t.clone() : t; });
+  }
+}
+
+void Invocation::verifyRouting(const Admission& admission, const c10::OperatorHandle& op,
+                               const torch::jit::Stack& stack) {
+  routing_.verify(op, admission.occurrence, id_, stack);
+  ++stats_.routing_checked;
+}
+
+void Invocation::noteProduced(const Admission& admission, const c10::OperatorHandle& op,
+                              const torch::jit::Stack& stack) {
+  if (admission.action == Action::kSkip || admission.action == Action::kServe) return;
+  state_writes_.noteProduced(op.schema(), tables_.returnsAlias(op), stack);
 }
 
 // Drops what an entry holds; the key stays, marked served, so that asking for it again is

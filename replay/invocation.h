@@ -16,7 +16,11 @@
 
 #include "policy/checkpoint_policy.h"
 #include "policy/op_tables.h"
+#include "replay/outer_hooks.h"
 #include "replay/phase.h"
+#include "replay/recompute_rules.h"
+#include "replay/routing_check.h"
+#include "replay/state_writes.h"
 #include "replay/storage_ids.h"
 
 #include <ATen/core/Tensor.h>
@@ -47,6 +51,10 @@ struct InvocationStats {
   int64_t recomputes = 0;     // recompute phases entered
   int64_t unserved = 0;       // saved entries no recompute asked for, released when it ended
   int64_t unserved_bytes = 0; // their bytes
+  int64_t routing_checked = 0; // routing op outputs the recompute compared with the forward's (Note [Routing is verified])
+  int64_t state_writes = 0;   // recompute writes to tensors from outside the region met (Note [State written twice])
+  int64_t state_writes_skipped = 0;  // of which not made again (StateWriteRule::kSkip)
+  int64_t packed = 0;         // kept tensors handed to the outer saved-tensor hooks (Note [Outer saved-tensor hooks])
 
   InvocationStats& operator+=(const InvocationStats& o);
 };
@@ -67,6 +75,11 @@ struct InvocationOptions {
   // Explain (replay/explain.h): when set, every op of this invocation is
   // recorded there, with its kernel timed. Null: nothing is recorded.
   std::shared_ptr<DecisionRecorder> recorder;
+  // What the recompute does about routing ops and outside state (replay/recompute_rules.h).
+  RoutingRule routing = RoutingRule::kVerify;
+  StateWriteRule state_writes = StateWriteRule::kWarn;
+  // Hand what the region keeps to the saved-tensor hooks around it (Note [Outer saved-tensor hooks]).
+  bool respect_saved_tensors_hooks = true;
 };
 
 class Invocation {
@@ -101,6 +114,7 @@ class Invocation {
     kServe,      // recompute, saved: serve() — the kernel does not run
     kRecompute,  // recompute, not saved: run it again
     kSkip,       // recompute, dead: skip() — uninitialised returns of the forward's shapes (Note [Dead ops are skipped])
+    kSkipWrite,  // recompute, an outside write made once already: skipWrite() — returns its arguments (Note [State written twice])
   };
   struct SkippedReturns {
     std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes;  // (sizes, strides) per return
@@ -112,6 +126,9 @@ class Invocation {
     Entry* entry = nullptr;  // kServe: the saved entry admit() found, so serve() looks it up once
     const SkippedReturns* skipped = nullptr;  // kSkip: the forward's return shapes
     bool remember_skip = false;  // kRun: the policy marked it dead for the recompute; afterRun() records its shapes
+    bool check_routing = false;  // kRun: a routing op; afterRun() keeps its decision (Note [Routing is verified])
+    bool verify_routing = false;  // kRecompute: verifyRouting() after the kernel
+    bool redirect_writes = false;  // kRecompute: redirectWrites() before the kernel (Note [State written twice])
   };
 
   // Counts the op in `phase` and says what to do: in the forward the policy
@@ -146,6 +163,25 @@ class Invocation {
   // sharing its version counter (Note [Unsafe aliases]); records the return
   // shapes of an op the recompute will skip.
   void afterRun(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+
+  // Forward, after any op ran (ignored ones too): notes the storages it returned fresh (Note [State written twice]).
+  void noteProduced(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+  // kRecompute with verify_routing, after the kernel: throws if it routed otherwise than the forward.
+  void verifyRouting(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+  // kSkipWrite: pops the arguments and pushes the ones its returns alias.
+  void skipWrite(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack);
+  // kRecompute with redirect_writes, before the kernel: outside tensors it writes become scratch copies.
+  void redirectWrites(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack);
+  // Names for outside tensors in messages (module buffers and parameters; Note [State written twice]).
+  void nameState(const std::vector<at::Tensor>& tensors, const std::vector<std::string>& names) {
+    state_writes_.name(tensors, names);
+  }
+  // The hooks around the region, captured by whoever enters the forward (Note [Outer saved-tensor hooks]);
+  // ignored unless options.respect_saved_tensors_hooks.
+  void useOuterHooks(std::shared_ptr<const OuterHooks> hooks) {
+    if (options_.respect_saved_tensors_hooks) outer_hooks_ = std::move(hooks);
+  }
+  const InvocationOptions& options() const { return options_; }
 
   // kSkip: pops the arguments and pushes uninitialised tensors shaped like the forward's returns.
   void skip(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack);
@@ -201,6 +237,10 @@ class Invocation {
     const c10::OperatorName* op_name = nullptr;     // for messages
     int64_t bytes = 0;
     bool served = false;
+    // Note [Outer saved-tensor hooks]: one pair per defined tensor of outputs then written, in that order; the
+    // tensors themselves are then undefined, `defined` says which were not.
+    std::vector<std::unique_ptr<torch::autograd::SavedVariableHooks>> packed;
+    std::vector<bool> defined;
   };
 
   const uint64_t id_;
@@ -223,6 +263,12 @@ class Invocation {
   void recordOp(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                 int64_t nanos);
   void releaseUnserved(bool completed);
+  void packKept();
+  void unpack(Entry& entry);
+  RoutingCheck routing_;
+  StateWrites state_writes_;
+  std::shared_ptr<const OuterHooks> outer_hooks_;
+  Admission recomputeStateWrite(Admission admission, const c10::OperatorHandle& op);
   void release(Entry& entry);
   void watchUnsafeAliases(const torch::jit::Stack& stack, size_t num_returns);
   void copyOnWrite(const c10::FunctionSchema& schema, const torch::jit::Stack& stack);

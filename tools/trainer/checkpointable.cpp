@@ -48,6 +48,8 @@ CheckpointOptions CheckpointableLayer::options(CheckpointMode mode, bool reentra
   } else {
     options = checkpointOptionsFor(mode);
   }
+  options.routing = setting_.routing;
+  options.state_writes = setting_.state_writes;
   if (reentrant) {
     options.use_reentrant = true;
     for (const at::Tensor& p : parameters()) {

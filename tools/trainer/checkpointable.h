@@ -60,6 +60,9 @@ struct CheckpointSetting {
   // Whole layer, budget only: the layer's region (its profile and plan, kept
   // across steps; policy/budget_policy.h).
   std::shared_ptr<BudgetRegion> budget;
+  // activation_checkpoint.routing / .state_writes (replay/recompute_rules.h).
+  RoutingRule routing = RoutingRule::kVerify;
+  StateWriteRule state_writes = StateWriteRule::kWarn;
 
   bool enabled() const { return layer != CheckpointMode::kOff || !submodules.empty(); }
 };

@@ -243,8 +243,22 @@ class ConfigParser {
   }
 
   absl::Status parseCheckpoint(const YAML::Node& node, const ModelSpec& model, ActivationCheckpointSpec& ac) {
-    if (auto s = r_.checkMap(node, "activation_checkpoint", {"mode", "memory_budget", "layers"}); !s.ok()) return s;
+    if (auto s = r_.checkMap(node, "activation_checkpoint",
+                             {"mode", "memory_budget", "layers", "routing", "state_writes"});
+        !s.ok()) {
+      return s;
+    }
     if (node["mode"]) HPAC_ASSIGN_OR_RETURN(ac.mode, mode(node["mode"], "activation_checkpoint.mode"));
+    std::string rule;
+    if (node["routing"]) {
+      HPAC_ASSIGN_OR_RETURN(rule, r_.oneOf(node["routing"], "activation_checkpoint.routing", routingRuleNames()));
+      parseRoutingRule(rule, &ac.routing);
+    }
+    if (node["state_writes"]) {
+      HPAC_ASSIGN_OR_RETURN(rule, r_.oneOf(node["state_writes"], "activation_checkpoint.state_writes",
+                                           stateWriteRuleNames()));
+      parseStateWriteRule(rule, &ac.state_writes);
+    }
     if (node["memory_budget"]) {
       const YAML::Node b = node["memory_budget"];
       std::string text;
@@ -421,6 +435,8 @@ std::string effectiveSummary(const TrainConfig& c) {
   for (const LayerRange& r : c.activation_checkpoint.layers) {
     absl::StrAppend(&out, "\nactivation_checkpoint.layers.", r.first, "-", r.last, "=", toString(r.mode));
   }
+  absl::StrAppend(&out, "\nactivation_checkpoint.routing=", toString(c.activation_checkpoint.routing),
+                  "\nactivation_checkpoint.state_writes=", toString(c.activation_checkpoint.state_writes));
   absl::StrAppend(&out, "\nactivation_swap=", toString(c.activation_swap), "\nparallel.tp=", c.parallel.tp,
                   "\nparallel.dp=", c.parallel.dp, "\nparallel.ep=", c.parallel.ep, "\nparallel.fsdp=",
                   c.parallel.fsdp);

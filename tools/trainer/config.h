@@ -27,6 +27,9 @@
 //     layers:                    # optional per-layer plan over the language tower
 //       0: off
 //       "2-3": full              # inclusive range
+//     routing: verify            # verify | save: MoE routing ops in the recompute
+//                                # (replay/recompute_rules.h)
+//     state_writes: warn         # warn | error | skip: recompute writes to buffers
 //   activation_swap: none        # none | attention
 //   parallel:                    # multi-rank layout (Qwen3-MoE presets; docs/distributed.md)
 //     tp: 2                      # tensor parallel: heads and expert width split over tp ranks
@@ -105,6 +108,9 @@ struct ActivationCheckpointSpec {
   std::vector<LayerRange> layers;  // sorted by first, non-overlapping
   // Set exactly when some layer's mode is budget (the parser checks both ways).
   std::optional<MemoryBudget> memory_budget;
+  // What the recompute does about routing ops and writes to outside tensors (replay/recompute_rules.h).
+  RoutingRule routing = RoutingRule::kVerify;
+  StateWriteRule state_writes = StateWriteRule::kWarn;
   // True when `mode` or a plan entry is budget.
   bool usesBudget() const;
   // The mode of language-tower layer `index` (the plan entry covering it, else `mode`).

@@ -64,7 +64,9 @@ std::string configJson(const TrainConfig& c) {
                   ", \"steps\": ", t.steps, ", \"lr\": ", number(t.lr), ", \"weight_decay\": ", number(t.weight_decay),
                   ", \"seed\": ", t.seed, ", \"dtype\": ", quote(t.dtype), ", \"compile\": ", boolean(t.compile), "}");
   const ActivationCheckpointSpec& ac = c.activation_checkpoint;
-  absl::StrAppend(&out, ", \"activation_checkpoint\": {\"mode\": ", quote(toString(ac.mode)), ", \"layers\": [");
+  absl::StrAppend(&out, ", \"activation_checkpoint\": {\"mode\": ", quote(toString(ac.mode)), ", \"routing\": ",
+                  quote(toString(ac.routing)), ", \"state_writes\": ", quote(toString(ac.state_writes)),
+                  ", \"layers\": [");
   for (size_t i = 0; i < ac.layers.size(); ++i) {
     const LayerRange& r = ac.layers[i];
     absl::StrAppend(&out, i ? ", " : "", "{\"first\": ", r.first, ", \"last\": ", r.last, ", \"mode\": ",

@@ -189,6 +189,8 @@ absl::StatusOr<Preparation> prepareModel(ZooModel& model, const TrainConfig& con
       continue;
     }
     CheckpointSetting s;
+    s.routing = ac.routing;
+    s.state_writes = ac.state_writes;
     std::vector<std::string> subs;
     const bool policy_mode = p.mode == CheckpointMode::kSelective || p.mode == CheckpointMode::kBudget;
     if (policy_mode && !prep.kv_sharing) {

@@ -70,8 +70,10 @@ class Budget:
         with open(os.fspath(path), "w", encoding="utf-8") as f:
             f.write(text)
 
-    def _invocation(self, allow_cache_entry_mutation: bool):
-        return self._region.invocation(bool(allow_cache_entry_mutation))
+    def _invocation(self, allow_cache_entry_mutation: bool, routing: str = "verify", state_writes: str = "warn",
+                    respect_saved_tensors_hooks: bool = True):
+        return self._region.invocation(bool(allow_cache_entry_mutation), routing, state_writes,
+                                       bool(respect_saved_tensors_hooks))
 
     @property
     def stage(self) -> str:

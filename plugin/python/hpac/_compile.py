@@ -47,9 +47,11 @@ def _op_name(op):
     return schema.name, "" if overload == "default" else overload
 
 
-def traced_contexts(policy, allow_cache_entry_mutation: bool):
+def traced_contexts(policy, allow_cache_entry_mutation: bool, routing: str = "verify"):
     """PyTorch's (caching, cached) selective checkpoint modes for one traced region, deciding with a new
-    TracedPolicy of `policy` (a kind name or a save list; a Budget is refused)."""
+    TracedPolicy of `policy` (a kind name or a save list; a Budget is refused). routing "save" saves the routing
+    ops there too; "verify" has nothing to compare in compiled code, whose recompute is a graph of its own (Note
+    [Routing is verified])."""
     from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
     from ._budget import Budget
@@ -62,7 +64,7 @@ def traced_contexts(policy, allow_cache_entry_mutation: bool):
             "budget: torch._functorch.config.activation_memory_budget = 0.5 with the region checkpointed by "
             "torch.utils.checkpoint (no context_fn); or run the budgeted region eagerly")
     kind, names = _policy_kind(policy)
-    traced = torch.classes.hpac.TracedPolicy(kind, names)
+    traced = torch.classes.hpac.TracedPolicy(kind, names, routing == "save")
     TRACED.append(traced)
     answers = list(CheckpointPolicy)  # the same order as hpac's CheckpointPolicy (policy/checkpoint_policy.h)
 

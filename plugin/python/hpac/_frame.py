@@ -8,7 +8,7 @@ from typing import Any, Callable, Union
 import torch
 
 from . import _compile
-from ._regions import Invocation, PolicyLike, _cache_entry_mutation, context_fn
+from ._regions import _TOP_HOOKS, Invocation, PolicyLike, _cache_entry_mutation, context_fn
 
 # torch.utils.checkpoint's determinism_check values, and hpac's earlier bools.
 _DETERMINISM_CHECKS = ("default", "none")
@@ -38,10 +38,16 @@ class _Placeholder:
 class _Frame:
     """State of one hpac.checkpoint call; owned by the placeholders in the graph."""
 
-    def __init__(self, fn, args, kwargs, invocation, preserve_rng_state, determinism_check):
+    def __init__(self, fn, args, kwargs, invocation, preserve_rng_state, determinism_check, outer_hooks=None):
         self.fn = fn
         self.kwargs = kwargs
-        self.args = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+        # The inputs the recompute needs: through the saved_tensors_hooks around the checkpoint, as autograd saves
+        # torch.utils.checkpoint's (Note [Outer saved-tensor hooks], replay/outer_hooks.h).
+        self.unpack_input = outer_hooks[1] if outer_hooks is not None else None
+        pack = outer_hooks[0] if outer_hooks is not None else None
+        self.args = [(pack(a.detach()) if pack is not None else a.detach()) if isinstance(a, torch.Tensor) else a
+                     for a in args]
+        self.is_tensor = [isinstance(a, torch.Tensor) for a in args]
         self.requires_grad = [isinstance(a, torch.Tensor) and a.requires_grad for a in args]
         self.invocation = invocation
         self.forward_region = invocation.region("forward")
@@ -86,8 +92,9 @@ class _Frame:
             yield
 
     def _recompute(self):
-        inputs = [a.detach().requires_grad_(rg) if isinstance(a, torch.Tensor) else a
-                  for a, rg in zip(self.args, self.requires_grad)]
+        unpack = self.unpack_input if self.unpack_input is not None else (lambda t: t)
+        inputs = [unpack(a).detach().requires_grad_(rg) if is_tensor else a
+                  for a, rg, is_tensor in zip(self.args, self.requires_grad, self.is_tensor)]
         collected = []
 
         def pack(tensor):
@@ -121,6 +128,7 @@ class _Frame:
 
 def checkpoint(fn: Callable, *args: Any, policy: PolicyLike = "selective", preserve_rng_state: bool = True,
                determinism_check: Union[str, bool] = "default", allow_cache_entry_mutation: bool = False,
+               routing: str = "verify", state_writes: str = "warn", respect_saved_tensors_hooks: bool = True,
                allow_cache_mutation: Union[bool, None] = None, **kwargs: Any) -> Any:
     """Non-reentrant checkpoint of fn(*args, **kwargs) with the policy run by hpac in C++.
 
@@ -139,6 +147,11 @@ def checkpoint(fn: Callable, *args: Any, policy: PolicyLike = "selective", prese
             in forward and in the recompute; "none" does not (torch.utils.checkpoint's values; True / False too).
         allow_cache_entry_mutation: outputs kept for the recompute may be mutated in place afterwards (they are
             cloned when saved).
+        routing: "verify" or "save": what hpac does about MoE routing ops in the recompute (hpac.Invocation).
+        state_writes: "warn", "error" or "skip": in-place writes to tensors from outside the region in the
+            recompute (hpac.Invocation).
+        respect_saved_tensors_hooks: the inputs and what the region keeps go through the saved_tensors_hooks
+            around the call (save_on_cpu, offloading); False bypasses them.
         allow_cache_mutation: the old name of allow_cache_entry_mutation.
         **kwargs: fn's keyword arguments.
 
@@ -147,22 +160,31 @@ def checkpoint(fn: Callable, *args: Any, policy: PolicyLike = "selective", prese
     """
     check = _determinism_check_on(determinism_check)
     allow = _cache_entry_mutation(allow_cache_entry_mutation, allow_cache_mutation)
+    rules = dict(routing=routing, state_writes=state_writes, respect_saved_tensors_hooks=respect_saved_tensors_hooks)
     if _compile.dynamo_tracing():
         return torch.utils.checkpoint.checkpoint(
             fn, *args, use_reentrant=False, preserve_rng_state=preserve_rng_state,
-            determinism_check="default" if check else "none", context_fn=context_fn(policy, allow), **kwargs)
+            determinism_check="default" if check else "none", context_fn=context_fn(policy, allow, **rules),
+            **kwargs)
     if not torch.is_grad_enabled():
         return fn(*args, **kwargs)
-    return checkpoint_with(Invocation(policy, allow), fn, *args, preserve_rng_state=preserve_rng_state,
-                           determinism_check=check, **kwargs)
+    inv = Invocation(policy, allow, **rules)
+    owner = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
+    if isinstance(owner, torch.nn.Module):
+        inv.name_state(owner)  # messages name the buffer a recompute writes again (Note [State written twice])
+    return checkpoint_with(inv, fn, *args, preserve_rng_state=preserve_rng_state, determinism_check=check,
+                           _inputs_through_hooks=respect_saved_tensors_hooks, **kwargs)
 
 
 def checkpoint_with(invocation, fn: Callable, *args: Any, preserve_rng_state: bool = True,
-                    determinism_check: Union[str, bool] = "default", **kwargs: Any) -> Any:
+                    determinism_check: Union[str, bool] = "default", _inputs_through_hooks: bool = True,
+                    **kwargs: Any) -> Any:
     """hpac.checkpoint's machinery around any invocation-like object: one with `.id` and a context manager
     `.region(phase)` for phase 'forward' / 'recompute' (benchmarks plug a Python dispatch mode in here)."""
     if not torch.is_grad_enabled():
         return fn(*args, **kwargs)
-    frame = _Frame(fn, args, kwargs, invocation, preserve_rng_state, _determinism_check_on(determinism_check))
+    # torch >= 2.0 says which hooks are around the call (1.13 cannot: the frame holds its inputs itself there).
+    outer = _TOP_HOOKS(False) if _TOP_HOOKS is not None and _inputs_through_hooks else None
+    frame = _Frame(fn, args, kwargs, invocation, preserve_rng_state, _determinism_check_on(determinism_check), outer)
     with torch.autograd.graph.saved_tensors_hooks(frame.pack, frame.unpack), frame.forward_region:
         return fn(*args, **kwargs)

@@ -97,6 +97,10 @@ class _Region:
 _TOP_HOOKS = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)  # torch >= 2.0
 
 
+ROUTING_RULES = ("verify", "save")
+STATE_WRITE_RULES = ("warn", "error", "skip")
+
+
 class Invocation:
     """One checkpoint call: the C++ Invocation (op counters, storage, stats) and its two regions.
 
@@ -106,17 +110,26 @@ class Invocation:
             are cloned when saved); otherwise such a mutation is an error in backward.
         record_ops: keep a log of every op the fallback handed to it (op_log()), for tests and explain tools.
         explain: record each decision with its reason for hpac.explain.
+        routing: "verify" (routing ops such as topk are recomputed and must decide as in the forward, else backward
+            stops naming the op) or "save" (they are saved; Note [Routing is verified], replay/routing_check.h).
+        state_writes: what the recompute does with in-place writes to tensors from outside the region (module
+            buffers, counters): "warn", "error" or "skip" (made once, in the forward; Note [State written twice]).
+        respect_saved_tensors_hooks: what the region keeps goes through the saved_tensors_hooks around it
+            (save_on_cpu, offloading; Note [Outer saved-tensor hooks]); False bypasses them, as torch's SAC does.
         allow_cache_mutation: the old name of allow_cache_entry_mutation.
     """
 
     def __init__(self, policy: PolicyLike = "selective", allow_cache_entry_mutation: bool = False,
-                 record_ops: bool = False, explain: bool = False, *, allow_cache_mutation: Optional[bool] = None):
+                 record_ops: bool = False, explain: bool = False, *, routing: str = "verify",
+                 state_writes: str = "warn", respect_saved_tensors_hooks: bool = True,
+                 allow_cache_mutation: Optional[bool] = None):
         allow = _cache_entry_mutation(allow_cache_entry_mutation, allow_cache_mutation)
+        rules = (str(routing), str(state_writes), bool(respect_saved_tensors_hooks))
         if isinstance(policy, Budget):
-            self._handle = policy._invocation(allow)
+            self._handle = policy._invocation(allow, *rules)
         else:
             kind, names = _policy_kind(policy)
-            self._handle = torch.classes.hpac.Invocation(kind, names, allow)
+            self._handle = torch.classes.hpac.Invocation(kind, names, allow, *rules)
         if record_ops:
             self._handle.record_ops(True)
         if explain:
@@ -135,6 +148,12 @@ class Invocation:
     def op_log(self) -> List[str]:
         """['forward aten::mm saved', 'recompute aten::mm served', ...] when created with record_ops=True."""
         return list(self._handle.op_log())
+
+    def name_state(self, module: torch.nn.Module, prefix: str = "") -> None:
+        """Names module's buffers and parameters in the messages about writes to them in the recompute (Note
+        [State written twice]): 'gate.expert_load' instead of a tensor from outside the region."""
+        named = list(module.named_buffers(prefix=prefix)) + list(module.named_parameters(prefix=prefix))
+        self._handle.name_state([t for _, t in named], [n for n, _ in named])
 
     def region(self, phase: str) -> _Region:
         """Every aten op run inside goes through hpac (phase: 'forward' or 'recompute')."""
@@ -167,13 +186,16 @@ def _policy_of(key) -> PolicyLike:
     return list(key[1])
 
 
-def _make_contexts(policy_key, allow_cache_entry_mutation: bool, record_ops: bool, hook: Optional[int]):
+def _make_contexts(policy_key, allow_cache_entry_mutation: bool, record_ops: bool, hook: Optional[int],
+                   rules: Tuple[str, str, bool] = ("verify", "warn", True)):
     """context_fn's body, per checkpoint call: hpac's two regions of a new Invocation, or, while torch.compile
-    traces the call, PyTorch's selective checkpoint modes asking the same policy (_compile.traced_contexts)."""
+    traces the call, PyTorch's selective checkpoint modes asking the same policy (_compile.traced_contexts).
+    rules: (routing, state_writes, respect_saved_tensors_hooks)."""
     policy = _policy_of(policy_key)
     if _compile.tracing():
-        return _compile.traced_contexts(policy, allow_cache_entry_mutation)
-    inv = Invocation(policy, allow_cache_entry_mutation, record_ops=record_ops)
+        return _compile.traced_contexts(policy, allow_cache_entry_mutation, routing=rules[0])
+    inv = Invocation(policy, allow_cache_entry_mutation, record_ops=record_ops, routing=rules[0],
+                     state_writes=rules[1], respect_saved_tensors_hooks=rules[2])
     if hook is not None:
         _HOOKS[hook](inv)
     return inv.region("forward"), inv.region("recompute")
@@ -181,6 +203,7 @@ def _make_contexts(policy_key, allow_cache_entry_mutation: bool, record_ops: boo
 
 def context_fn(policy: PolicyLike = "selective", allow_cache_entry_mutation: bool = False, *,
                on_invocation: Optional[Callable[[Invocation], None]] = None, record_ops: bool = False,
+               routing: str = "verify", state_writes: str = "warn", respect_saved_tensors_hooks: bool = True,
                allow_cache_mutation: Optional[bool] = None) -> Callable[[], tuple]:
     """For torch.utils.checkpoint.checkpoint(..., use_reentrant=False, context_fn=...) on torch >= 2.1.
 
@@ -194,6 +217,7 @@ def context_fn(policy: PolicyLike = "selective", allow_cache_entry_mutation: boo
         allow_cache_entry_mutation: as torch's create_selective_checkpoint_contexts.
         on_invocation: called with each eager call's Invocation (to read its stats after backward).
         record_ops: each eager Invocation keeps its op log.
+        routing, state_writes, respect_saved_tensors_hooks: as Invocation's.
         allow_cache_mutation: the old name of allow_cache_entry_mutation.
 
     Returns:
@@ -202,14 +226,15 @@ def context_fn(policy: PolicyLike = "selective", allow_cache_entry_mutation: boo
     """
     allow = _cache_entry_mutation(allow_cache_entry_mutation, allow_cache_mutation)
     key = _policy_key(policy)
-    if not isinstance(policy, Budget) and not _compile.dynamo_tracing():
-        kind, names = _policy_kind(policy)
-        torch.classes.hpac.Invocation(kind, names, False)  # validate now (in C++), not inside backward
+    rules = (str(routing), str(state_writes), bool(respect_saved_tensors_hooks))
+    if not _compile.dynamo_tracing():
+        kind, names = _policy_kind(policy) if not isinstance(policy, Budget) else ("full", [])
+        torch.classes.hpac.Invocation(kind, names, False, *rules)  # validate now (in C++), not inside backward
     number = None
     if on_invocation is not None and not _compile.dynamo_tracing():  # compiled code runs no eager invocation
         number = next(_hook_numbers)
         _HOOKS[number] = on_invocation
-    made = functools.partial(_make_contexts, key, allow, bool(record_ops), number)
+    made = functools.partial(_make_contexts, key, allow, bool(record_ops), number, rules)
     if number is not None:
         weakref.finalize(made, _HOOKS.pop, number, None)
     if isinstance(policy, Budget):

@@ -44,17 +44,19 @@ def is_wrapped(module: torch.nn.Module) -> bool:
     return _ORIGINAL in module.__dict__
 
 
-def _hpac_checkpointed(mode, original, *args, **kwargs):
-    return checkpoint(original, *args, policy=mode, **kwargs)
+def _hpac_checkpointed(mode, rules, original, *args, **kwargs):
+    return checkpoint(original, *args, policy=mode, **dict(rules), **kwargs)
 
 
-def checkpoint_wrapper(module: torch.nn.Module, mode: Any = "full") -> torch.nn.Module:
+def checkpoint_wrapper(module: torch.nn.Module, mode: Any = "full", *, routing: str = "verify",
+                       state_writes: str = "warn", respect_saved_tensors_hooks: bool = True) -> torch.nn.Module:
     """Checkpoints every call of module by replacing its forward in place (hpac.checkpoint; under torch.compile
     torch.utils.checkpoint with hpac's context_fn).
 
     Args:
         module: the module; it, its children and its state_dict keys stay exactly as they were.
         mode: 'full', 'selective' or a Budget from hpac.budget(...), which then serves this module's calls.
+        routing, state_writes, respect_saved_tensors_hooks: as hpac.checkpoint's.
 
     Returns:
         module. unwrap_checkpoint(module) undoes it.
@@ -64,4 +66,6 @@ def checkpoint_wrapper(module: torch.nn.Module, mode: Any = "full") -> torch.nn.
                          "hpac.budget(...)")
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"hpac: checkpoint_wrapper expects a torch.nn.Module, got {type(module).__name__}")
-    return wrap_forward(module, functools.partial(_hpac_checkpointed, mode))
+    rules = (("routing", routing), ("state_writes", state_writes),
+             ("respect_saved_tensors_hooks", bool(respect_saved_tensors_hooks)))
+    return wrap_forward(module, functools.partial(_hpac_checkpointed, mode, rules))

@@ -232,9 +232,11 @@ def discover(model, registry=None):
 # Routing (reference design 6.2-6.4; tools/trainer/routing.cpp)
 
 class PreparedLayer:
-    def __init__(self, ref, role, mode, record_ops=False):
+    def __init__(self, ref, role, mode, record_ops=False, rules=None):
         self.path, self.index, self.module, self.role, self.mode = ref.path, ref.index, ref.module, role, mode
         self.record_ops = record_ops  # keep each call's op log; take_stats adds it up as "log:<phase> <op> <action>"
+        # activation_checkpoint.routing / .state_writes (replay/recompute_rules.h)
+        self.rules = dict(rules or {"routing": "verify", "state_writes": "warn"})
         self.compiled = False     # train.compile: the layer is compiled after wrapping (module.compile())
         self.layer = "off"        # whole-layer checkpoint applied: off | full | selective | budget
         self.budget = None        # mode budget: this layer's hpac.Budget (its region's profile and plan)
@@ -246,8 +248,12 @@ class PreparedLayer:
         if self.compiled:
             # One context_fn per policy for every layer, so that layers of one shape share one compiled graph (Note
             # [context_fn under torch.compile]); compiled code runs no eager invocation to take stats from.
-            return hpac.context_fn(policy)
-        return hpac.context_fn(policy, on_invocation=self._invocations.append, record_ops=self.record_ops)
+            return hpac.context_fn(policy, **self.rules)
+        return hpac.context_fn(policy, on_invocation=self._on_invocation, record_ops=self.record_ops, **self.rules)
+
+    def _on_invocation(self, inv):
+        self._invocations.append(inv)
+        inv.name_state(self.module, prefix=self.path)  # messages name the buffer a recompute writes again
 
     def take_stats(self):
         total = {}
@@ -424,7 +430,8 @@ def prepare(model, config, registry=None, log=log_to_stderr, record_ops=False, c
     for c in sorted(d.containers, key=lambda c: _ROLE_ORDER.index(c.role)):
         for ref in c.layers:
             prep.layers.append(PreparedLayer(ref, c.role, _mode_of(ac, ref.index) if c.role == "language"
-                                             else ac["mode"], record_ops))
+                                             else ac["mode"], record_ops,
+                                             {"routing": ac["routing"], "state_writes": ac["state_writes"]}))
 
     if compile_on:
         budgeted = [p.index for p in prep.layers if p.mode == "budget"]

@@ -1,0 +1,101 @@
+#include "replay/state_writes.h"
+
+#include "replay/collective_work.h"
+
+#include <sstream>
+
+namespace hpac {
+namespace {
+
+template <typename Fn>
+void forEachTensorIn(const c10::IValue& v, Fn&& fn) {
+  if (v.isTensor()) {
+    fn(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) fn(t);
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toList()) forEachTensorIn(e, fn);
+  }
+}
+
+bool writes(const c10::Argument& a) { return a.alias_info() != nullptr && a.alias_info()->isWrite(); }
+
+// Batch norm kernels whose schema does not say that, in training (argument 5), they write the running mean and
+// variance (arguments 3 and 4).
+bool isUnannotatedBatchNorm(const c10::FunctionSchema& schema) {
+  const std::string& n = schema.name();
+  return n == "aten::native_batch_norm" || n == "aten::cudnn_batch_norm" || n == "aten::miopen_batch_norm";
+}
+
+}  // namespace
+
+void StateWrites::name(const std::vector<at::Tensor>& tensors, const std::vector<std::string>& names) {
+  for (size_t i = 0; i < tensors.size() && i < names.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    if (!t.defined() || !t.has_storage()) continue;
+    names_.insert_or_assign(t.storage().unsafeGetStorageImpl(),
+                            std::make_pair(c10::weak_intrusive_ptr<c10::StorageImpl>(t.storage().getWeakStorageImpl()),
+                                           names[i]));
+  }
+}
+
+void StateWrites::noteProduced(const c10::FunctionSchema& schema, bool returns_alias, const torch::jit::Stack& stack) {
+  if (returns_alias) return;  // a view lives in its base's storage
+  const auto& returns = schema.returns();
+  const size_t n = returns.size();
+  if (stack.size() < n) return;
+  for (size_t j = 0; j < n; ++j) {
+    if (returns[j].alias_info() != nullptr) continue;  // an in-place / out= result is its argument
+    forEachTensorIn(stack[stack.size() - n + j], [&](const at::Tensor& t) {
+      if (t.defined() && t.has_storage()) produced_.insert(t.storage().unsafeGetStorageImpl());
+    });
+  }
+}
+
+bool StateWrites::writesUnannotated(const c10::OperatorHandle& op) { return isUnannotatedBatchNorm(op.schema()); }
+
+bool StateWrites::checkWrite(const c10::OperatorHandle& op, int64_t occurrence, const torch::jit::Stack& stack) {
+  const auto& schema = op.schema();
+  const auto& args = schema.arguments();
+  const size_t begin = stack.size() - args.size();
+  const bool collective = isInPlaceCollective(schema);
+  const bool batch_norm = isUnannotatedBatchNorm(schema) && args.size() > 5 && stack[begin + 5].isBool() &&
+                          stack[begin + 5].toBool();
+  Write w;
+  bool every_written_outside = true;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!(writes(args[i]) || (collective && i == 0) || (batch_norm && (i == 3 || i == 4)))) continue;
+    bool outside = false;
+    forEachTensorIn(stack[begin + i], [&](const at::Tensor& t) {
+      if (!t.defined() || !t.has_storage() || produced_.count(t.storage().unsafeGetStorageImpl())) return;
+      if (!outside && w.what.empty()) w.what = describe(t);
+      outside = true;
+    });
+    if (outside) {
+      w.outside_args.push_back(i);
+    } else {
+      every_written_outside = false;
+    }
+  }
+  if (w.outside_args.empty() || collective) return false;  // a collective's buffer is the region's business
+  w.only_writes = every_written_outside;
+  for (const auto& ret : schema.returns()) {
+    if (ret.alias_info() == nullptr || !ret.alias_info()->isWrite()) w.only_writes = false;
+  }
+  writes_.insert_or_assign(Key{opId(op), occurrence}, std::move(w));
+  return true;
+}
+
+std::string StateWrites::describe(const at::Tensor& t) const {
+  std::ostringstream s;
+  const auto it = names_.find(t.storage().unsafeGetStorageImpl());
+  if (it != names_.end() && !it->second.first.expired()) {
+    s << "'" << it->second.second << "' (" << t.sizes() << " " << t.scalar_type() << ")";
+  } else {
+    s << "a " << t.sizes() << " " << t.scalar_type()
+      << " tensor from outside the region (a module buffer, a parameter or an input)";
+  }
+  return s.str();
+}
+
+}  // namespace hpac
