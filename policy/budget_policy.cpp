@@ -200,8 +200,31 @@ void BudgetRegion::finishProfile(std::vector<ProfiledOp> profile, std::optional<
   if (!completed) return;  // a forward that failed half way profiles nothing
   std::lock_guard<std::mutex> lock(mutex_);
   if (stage_ != Stage::kProfiling) return;  // another invocation finished the profile first
+  // Note [Plans from the median profile]
+  // One timed forward is one sample of each op's kernel time; on a busy machine a few of them are off by a factor,
+  // and the plan follows the noise (the wide block at budget 0.5 kept 23 ops after one profile and 45 after
+  // another). With profile_invocations = n the region profiles n forwards and plans from the median time of each
+  // (op, occurrence); a profile whose op sequence differs from the earlier ones starts the samples again.
+  const bool same_ops = !profile_.empty() && profile_.size() == profile.size() &&
+                        std::equal(profile.begin(), profile.end(), profile_.begin(), [](const ProfiledOp& a,
+                                                                                        const ProfiledOp& b) {
+                          return a.id == b.id && a.occurrence == b.occurrence;
+                        });
+  if (!same_ops) profiled_micros_.clear();
+  std::vector<double> micros;
+  micros.reserve(profile.size());
+  for (const ProfiledOp& p : profile) micros.push_back(p.micros);
+  profiled_micros_.push_back(std::move(micros));
   profile_ = std::move(profile);
-  if (++profiles_ < spec_.profile_invocations) return;
+  ++profiles_;
+  if (static_cast<int64_t>(profiled_micros_.size()) < spec_.profile_invocations) return;
+  for (size_t i = 0; i < profile_.size(); ++i) {
+    std::vector<double> samples;
+    for (const auto& m : profiled_micros_) samples.push_back(m[i]);
+    std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
+    profile_[i].micros = samples[samples.size() / 2];
+  }
+  profiled_micros_.clear();
   // Note [What off keeps]: the fraction's 1.0 is what autograd saved of the region's outputs; without a
   // saved-tensor hook (a region entered without a checkpoint) it is every output.
   const int64_t off = autograd_saved ? offKeptBytes(profile_, *autograd_saved) : -1;
@@ -235,6 +258,7 @@ void BudgetRegion::planDiverged() {
   if (replans_ < spec_.max_replans) {
     ++replans_;
     profiles_ = 0;
+    profiled_micros_.clear();
     stage_ = Stage::kProfiling;
     return;
   }

@@ -113,6 +113,8 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
   int64_t profiles_ = 0;
   int64_t replans_ = 0;
   std::vector<ProfiledOp> profile_;
+  // Note [Plans from the median profile]: each profile forward's kernel times, per op of the profile.
+  std::vector<std::vector<double>> profiled_micros_;
   BudgetPlan plan_;
   std::shared_ptr<const std::vector<std::pair<const void*, int64_t>>> keys_;  // (op, occurrence) in order
   std::shared_ptr<const std::vector<bool>> save_;

@@ -215,6 +215,10 @@ ResolvedOpTables::ResolvedOpTables() {
   add(kSaveOps, OpCategory::kSave);
   addSet(kUnsafeAliasOps, "unsafe-alias", unsafe_alias_);
   addSet(kRoutingOps, "routing", routing_);
+  for (const OpEntry& entry : kIgnoredOps) {
+    if (std::string(entry.name).rfind("profiler::_record_function_", 0) != 0) continue;
+    for (const auto& h : resolveEntry(entry.name)) record_function_.insert(opId(h));
+  }
 }
 
 void ResolvedOpTables::addSet(c10::ArrayRef<OpEntry> table, const char* label, std::unordered_set<OpId>& into) {

@@ -107,6 +107,9 @@ class ResolvedOpTables {
   // Routing ops (topk, histc, sort, nonzero...): their outputs decide where MoE tokens go, and a recompute that
   // computes them differently would route differently (Note [Routing is verified], replay/routing_check.h).
   bool isRouting(const c10::OperatorHandle& op) const { return routing_.count(opId(op)) != 0; }
+  // The profiler's record_function enter and exit ops (ignored): hpac reads FSDP2's range names from them (Note
+  // [FSDP ranges are ignored], replay/invocation.cpp).
+  bool isRecordFunction(const c10::OperatorHandle& op) const { return record_function_.count(opId(op)) != 0; }
   const std::vector<std::string>& missingOptional() const { return missing_optional_; }
   size_t resolvedCount() const { return category_.size(); }
 
@@ -117,6 +120,7 @@ class ResolvedOpTables {
   std::unordered_map<OpId, OpCategory> category_;
   std::unordered_set<OpId> unsafe_alias_;
   std::unordered_set<OpId> routing_;
+  std::unordered_set<OpId> record_function_;
   std::vector<std::string> missing_optional_;
 };
 

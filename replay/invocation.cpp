@@ -172,6 +172,7 @@ void Invocation::beginPhase(Phase phase) {
   last_profiled_op_.reset();
   pending_reads_.clear();
   occurrences_[static_cast<int>(phase)].clear();
+  fsdp_depth_ = 0;  // Note [FSDP ranges are ignored]
   if (phase == Phase::kRecompute) ++stats_.recomputes;
   policy_->onPhaseBegin(phase == Phase::kRecompute);
 }
@@ -205,7 +206,8 @@ Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& 
   if (phase == Phase::kForward && !cached_storage_.empty() && op.schema().is_mutable()) {
     copyOnWrite(op.schema(), stack);
   }
-  if (tables_.isIgnored(op)) {
+  if (tables_.isIgnored(op) || C10_UNLIKELY(fsdp_depth_ > 0)) {
+    if (C10_UNLIKELY(tables_.isRecordFunction(op))) trackRecordFunction(op, stack);
     if (C10_UNLIKELY(!skip_storages_.empty()) && phase == Phase::kForward && readsValues(op)) {
       checkSkipReads(stack, op.schema().arguments().size());
     }
@@ -271,6 +273,32 @@ Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& 
     checkSkipReads(stack, num_args);  // an op the recompute runs
   }
   return admission;
+}
+
+// Note [FSDP ranges are ignored]
+// FSDP2 runs its lifecycle inside record_function ranges named "FSDP::…"
+// (pre_forward, all_gather, all_gather_copy_out, post_backward, reshard).
+// Most of its ops are in the ignored table (fsdp::all_gather_copy_in,
+// split_with_sizes_copy, the all-gather itself), but not all: a parameter
+// sharded on a dim other than 0 is copied out with aten::split.Tensor and
+// aten::cat.out, and when its module re-gathers inside a recompute whose
+// forward gathered outside the region, those ops run in the recompute only —
+// "aten::cat.out occurrence 0 … is not in storage" (the failure of
+// NeMo-Automodel #3958 under torch's SAC, reproduced in
+// test/python/dist/test_dist_train_field_failures.py). So every op inside an
+// FSDP range is ignored, whatever it is: the range's enter op (ignored, as
+// every profiler op) names it, nested ranges inside it are counted, and its
+// exit ends it. The depth belongs to the phase.
+void Invocation::trackRecordFunction(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const auto& name = op.operator_name();
+  if (name.name == "profiler::_record_function_exit") {
+    if (fsdp_depth_ > 0) --fsdp_depth_;
+    return;
+  }
+  const size_t num_args = op.schema().arguments().size();
+  if (num_args == 0 || stack.size() < num_args) return;
+  const c10::IValue& range = stack[stack.size() - num_args];
+  if (fsdp_depth_ > 0 || (range.isString() && range.toStringRef().rfind("FSDP::", 0) == 0)) ++fsdp_depth_;
 }
 
 // Note [Views are recomputed]
@@ -807,8 +835,9 @@ Invocation::Admission Invocation::recomputeStateWrite(Admission admission, const
   ++stats_.state_writes;
   const std::string what = opName(op) + " occurrence " + std::to_string(admission.occurrence) + " of invocation " +
                            std::to_string(id_) + " writes " + w.what +
-                           " in place, a tensor from outside the checkpoint region: the forward wrote it, and the "
-                           "recompute in backward writes it again (a counter or running statistic counted twice)";
+                           " in place, a tensor from outside the checkpoint region (a module buffer, a parameter or an "
+                           "input): the forward wrote it, and the recompute in backward writes it again (a counter or "
+                           "running statistic counted twice)";
   switch (options_.state_writes) {
     case StateWriteRule::kError:
       TORCH_CHECK(false, "hpac: ", what, ". Set state_writes: skip (activation_checkpoint.state_writes in the "

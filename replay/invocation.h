@@ -262,6 +262,8 @@ class Invocation {
                  int64_t nanos);
   void recordOp(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                 int64_t nanos);
+  int fsdp_depth_ = 0;  // Note [FSDP ranges are ignored]
+  void trackRecordFunction(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
   void releaseUnserved(bool completed);
   void packKept();
   void unpack(Entry& entry);

@@ -92,8 +92,7 @@ std::string StateWrites::describe(const at::Tensor& t) const {
   if (it != names_.end() && !it->second.first.expired()) {
     s << "'" << it->second.second << "' (" << t.sizes() << " " << t.scalar_type() << ")";
   } else {
-    s << "a " << t.sizes() << " " << t.scalar_type()
-      << " tensor from outside the region (a module buffer, a parameter or an input)";
+    s << "a " << t.sizes() << " " << t.scalar_type() << " tensor";
   }
   return s.str();
 }

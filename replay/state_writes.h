@@ -56,7 +56,7 @@ class StateWrites {
   struct Write {
     std::vector<size_t> outside_args;  // argument indices that hold an outside tensor
     bool only_writes = false;          // every return aliases a written argument: skipping the op loses nothing
-    std::string what;                  // "buffer 'gate.load' ([8] Float)" or a description
+    std::string what;                  // "'gate.load' ([8] Float)", or "a [8] Float tensor" when unnamed
   };
 
   // Names outside tensors for messages (module buffers and parameters).

@@ -11,6 +11,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/library.h>
+
+#include <chrono>
+#include <thread>
 
 namespace hpac {
 namespace {
@@ -241,6 +245,53 @@ TEST(BudgetPolicy, ProfileInvocationsDelayThePlan) {
   EXPECT_EQ(region->status().stage, BudgetRegion::Stage::kPlanned);
   const Step replay = step(p, region->factory(), true);
   EXPECT_GT(replay.stats.served, 0);
+}
+
+// A test op that sleeps: the timing noise of a busy machine, injected into one profile forward.
+TORCH_LIBRARY_FRAGMENT(hpac_budget_test, m) {
+  m.def("sleepy(Tensor x, int micros) -> Tensor");
+  m.impl("sleepy", c10::DispatchKey::CPU, [](const at::Tensor& x, int64_t micros) {
+    std::this_thread::sleep_for(std::chrono::microseconds(micros));
+    return x.clone();
+  });
+}
+
+// Note [Plans from the median profile]: one of three profile forwards runs an op 20 ms slower; the plan's time for
+// it is the median, not the outlier, while a single profile takes the outlier.
+TEST(BudgetPolicy, PlansComeFromTheMedianOfTheProfiles) {
+  const Problem p = problem();
+  auto sleepy = c10::Dispatcher::singleton()
+                    .findSchemaOrThrow("hpac_budget_test::sleepy", "")
+                    .typed<at::Tensor(const at::Tensor&, int64_t)>();
+  int64_t noise_us = 0;
+  auto noisy_step = [&](const PolicyFactory& policy) {
+    CheckpointOptions o;
+    o.policy = policy;
+    at::Tensor y = checkpoint([&](const at::Tensor& in) {
+      at::Tensor h = body(p, in);
+      return h + sleepy.call(h.detach(), noise_us).sum() * 0;
+    }, p.x, o);
+    (y * y).sum().backward();
+  };
+  auto sleepy_micros = [](const BudgetRegion& region) {
+    for (const ProfiledOp& op : region.status().profile) {
+      if (op.op == "hpac_budget_test::sleepy") return op.micros;
+    }
+    return -1.0;
+  };
+  for (const int64_t profiles : {1, 3}) {
+    auto region = std::make_shared<BudgetRegion>(BudgetSpec{0.5, -1, profiles});
+    for (int64_t i = 0; i < profiles; ++i) {
+      noise_us = i == 0 ? 20000 : 0;
+      noisy_step(region->factory());
+    }
+    ASSERT_EQ(region->status().stage, BudgetRegion::Stage::kPlanned) << profiles;
+    if (profiles == 1) {
+      EXPECT_GE(sleepy_micros(*region), 20000.0);
+    } else {
+      EXPECT_LT(sleepy_micros(*region), 10000.0) << "the outlier reached the plan";
+    }
+  }
 }
 
 // Note [Plan files]: a saved plan replays in a new region without a profile, exactly as the region it was made

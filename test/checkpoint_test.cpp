@@ -180,6 +180,80 @@ TEST(Checkpoint, NondeterministicRegionIsReported) {
   }
 }
 
+// Note [Routing is verified]: the scores of a router depend on a tensor that moves between forward and backward
+// (autograd allows it: x + bias saves neither), so the recompute's topk chooses other experts.
+TEST(Checkpoint, RouterDriftIsAnErrorUnlessRoutingIsSaved) {
+  const at::Tensor w = at::randn({8, 8}).set_requires_grad(true);
+  const at::Tensor x = at::randn({12, 8}).set_requires_grad(true);
+  for (const bool full : {true, false}) {
+    for (const RoutingRule rule : {RoutingRule::kVerify, RoutingRule::kSave}) {
+      at::Tensor bias = at::zeros({8});
+      auto fn = [&](const at::Tensor& in) {
+        const at::Tensor scores = at::linear(in, w) + bias;
+        const auto [values, experts] = at::topk(scores.softmax(-1), 2);
+        return (values * experts.to(at::kFloat)).sum(-1);
+      };
+      at::Tensor expected;
+      {
+        at::NoGradGuard none;
+        expected = fn(x);
+      }
+      CheckpointOptions o;
+      if (!full) o.policy = selectivePolicy();
+      o.routing = rule;
+      auto stats = std::make_shared<InvocationStats>();
+      o.stats_out = stats;
+      at::Tensor y = checkpoint(fn, x, o);
+      EXPECT_TRUE(at::equal(y, expected));
+      bias.copy_(at::randn({8}) * 10);  // the router moves before backward
+      if (rule == RoutingRule::kSave) {
+        y.sum().backward();
+        continue;
+      }
+      try {
+        y.sum().backward();
+        FAIL() << "expected a routing error (full " << full << ")";
+      } catch (const c10::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("aten::topk (default overload) occurrence 0 of invocation"),
+                  std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("routed differently in the recompute"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
+// Note [State written twice]: a counter outside the region, added to in place by the checkpointed function.
+TEST(Checkpoint, WritesToOutsideTensorsAreMadeOnceWithSkip) {
+  const at::Tensor w = at::randn({6, 6}).set_requires_grad(true);
+  const at::Tensor x = at::randn({3, 6}).set_requires_grad(true);
+  for (const StateWriteRule rule : {StateWriteRule::kWarn, StateWriteRule::kSkip, StateWriteRule::kError}) {
+    for (const bool full : {true, false}) {
+      at::Tensor counter = at::zeros({6});
+      auto fn = [&](const at::Tensor& in) {
+        const at::Tensor h = at::linear(in, w).tanh();
+        counter.add_(h.detach().sum(0));
+        return h * 2;
+      };
+      CheckpointOptions o;
+      if (!full) o.policy = selectivePolicy();
+      o.state_writes = rule;
+      auto stats = std::make_shared<InvocationStats>();
+      o.stats_out = stats;
+      at::Tensor y = checkpoint(fn, x, o);
+      const at::Tensor once = counter.clone();
+      if (rule == StateWriteRule::kError) {
+        EXPECT_THROW(y.sum().backward(), c10::Error);
+        continue;
+      }
+      y.sum().backward();
+      y = at::Tensor();
+      EXPECT_TRUE(at::equal(counter, rule == StateWriteRule::kSkip ? once : once * 2)) << toString(rule) << full;
+      EXPECT_EQ(stats->state_writes, 1);
+      EXPECT_EQ(stats->state_writes_skipped, rule == StateWriteRule::kSkip ? 1 : 0);
+    }
+  }
+}
+
 TEST(Checkpoint, SelectiveBackwardTwiceIsAnExtraBackwardError) {
   const at::Tensor w = at::randn({6, 6}).set_requires_grad(true);
   const at::Tensor x = at::randn({3, 6}).set_requires_grad(true);
