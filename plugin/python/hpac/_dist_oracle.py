@@ -9,6 +9,9 @@ FUNCTIONAL_COLLECTIVES = ("_c10d_functional::all_reduce", "_c10d_functional::all
                           "_c10d_functional::reduce_scatter_tensor", "_c10d_functional::all_gather_into_tensor",
                           "_c10d_functional::wait_tensor")
 FSDP_GATHER = "c10d::_allgather_base_"  # FSDP2's parameter all-gather (dist.all_gather_into_tensor)
+# What FSDP2's copy-out adds for a parameter sharded on a dim other than 0 (torch.cat(chunks, dim, out=...); the
+# torch.chunk before it is an aten::split.Tensor like the model's own, so it is not counted apart).
+FSDP_COPY_OUT = ("aten::cat.out",)
 ISSUED = ("saved", "run", "recomputed", "ignored")  # the kernel ran; "served" did not
 
 
@@ -39,15 +42,16 @@ def full_grad(p):
 
 def phase_counts(layer_stats):
     """{phase: {op: {"issued": n, "served": n, "saved": n, "ignored": n}}} summed over the layers' op logs, for
-    the functional collectives and FSDP2's gather and lifecycle ops (fsdp::*)."""
+    the functional collectives, FSDP2's gather and lifecycle ops (fsdp::*) and its copy-out of a parameter sharded
+    on a dim other than 0 (FSDP_COPY_OUT, named with its overload)."""
     out = {"forward": {}, "recompute": {}}
     for stats in layer_stats:
         for key, n in stats.items():
             if not key.startswith("log:"):
                 continue
             phase, op, action = key[4:].split(" ")
-            name = op.split(".")[0]
-            if not (name in FUNCTIONAL_COLLECTIVES or name.startswith(("c10d::", "fsdp::"))):
+            name = op if op in FSDP_COPY_OUT else op.split(".")[0]
+            if not (name in FUNCTIONAL_COLLECTIVES or name in FSDP_COPY_OUT or name.startswith(("c10d::", "fsdp::"))):
                 continue
             c = out[phase].setdefault(name, {"issued": 0, "served": 0, "saved": 0, "ignored": 0})
             c["issued"] += n if action in ISSUED else 0

@@ -16,6 +16,10 @@ Layout (the C++ trainer's, docs/distributed.md): world = tp x dp, rank = dp_rank
              through _c10d_functional all_to_all_single (autograd: the backward sends the gradient rows back).
              Expert parameters are left out of FSDP (ignored_params); their gradients are summed over the ranks
              owning the same experts and divided by dp.
+  expert shard dim (the runner's --expert-shard-dim, default 0): with fsdp and ep 1, FSDP2 shards the 3-D expert
+             weights ([experts, rows, columns]) on this dim (shard_placement_fn -> Shard(dim)), as torchtitan and
+             NeMo do when there are more FSDP ranks than experts. A dim other than 0 makes FSDP2's all-gather
+             copy-out chunk and concatenate (aten::split.Tensor, aten::cat.out) inside the MoE unit's gather.
 """
 import hashlib
 
@@ -81,16 +85,50 @@ def check_layout(config, world):
                          "train.compile: false with tp")
 
 
-def config_digest(config):
+def experts_in_fsdp(config):
+    """Whether FSDP2 shards the expert weights (fsdp: true and ep 1; with ep > 1 they are left out of it)."""
+    return config["parallel"]["fsdp"] and config["parallel"]["ep"] == 1
+
+
+EXPERT_SHARD_DIMS = (0, 1, 2)  # the dims of a 3-D expert weight [experts, rows, columns]
+
+
+def check_expert_shard_dim(config, dim):
+    """The expert shard dim against the layout and the model: any dim of the expert weights with FSDP2 sharding
+    them (fsdp: true, ep 1), and one the dp degree divides unless it is 0 (FSDP2 pads dim 0 only); 0 always."""
+    if dim not in EXPERT_SHARD_DIMS:
+        raise ValueError(f"expert shard dim {dim} is not allowed; allowed: "
+                         f"{', '.join(map(str, EXPERT_SHARD_DIMS))} (a dim of the 3-D expert weights "
+                         "[experts, rows, columns])")
+    p, spec = config["parallel"], config["model"]
+    if dim == 0:
+        return
+    if not experts_in_fsdp(config):
+        raise ValueError(f"{config['file']}: expert shard dim {dim} with parallel.fsdp {str(p['fsdp']).lower()} and "
+                         f"ep {p['ep']} is not allowed: FSDP2 does not shard the expert weights there (ep > 1 "
+                         "splits them by expert and leaves them out of FSDP2); allowed: fsdp: true with ep 1, or "
+                         "expert shard dim 0")
+    inter = spec["moe_intermediate_size"] // p["tp"]
+    shapes = {"gate_up_proj": (spec["num_experts"], 2 * inter, spec["hidden_size"]),
+              "down_proj": (spec["num_experts"], spec["hidden_size"], inter)}
+    for name, shape in shapes.items():
+        if shape[dim] % p["dp"]:
+            raise ValueError(f"{config['file']}: expert shard dim {dim}: mlp.experts.{name} {list(shape)} has "
+                             f"{shape[dim]} on dim {dim}, which dp {p['dp']} does not divide (FSDP2 pads dim 0 "
+                             "only); allowed: a dim the dp degree divides in both expert weights, or 0")
+
+
+def config_digest(config, runner_settings=""):
     """sha256 of the effective settings every rank must share (the C++ effectiveSummary: model, train,
-    activation_checkpoint with its plan, activation_swap, parallel)."""
-    return hashlib.sha256(config["effective_summary"].encode()).hexdigest()
+    activation_checkpoint with its plan, activation_swap, parallel), followed by the runner's own settings."""
+    return hashlib.sha256((config["effective_summary"] + runner_settings).encode()).hexdigest()
 
 
-def check_same_config(config):
+def check_same_config(config, runner_settings=""):
     """All-gathers every rank's digest and summary; raises on every rank, naming the ranks and differing lines,
-    when any rank's effective config differs from rank 0's."""
-    mine = (config_digest(config), config["effective_summary"])
+    when any rank's effective config differs from rank 0's. runner_settings: lines the runner appends (its options
+    that change what a rank computes or issues, e.g. the expert shard dim, torch's checkpoint early stop)."""
+    mine = (config_digest(config, runner_settings), config["effective_summary"] + runner_settings)
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
     differ = [r for r, (d, _) in enumerate(everyone) if d != everyone[0][0]]
@@ -247,16 +285,23 @@ def parallelize(model, config, layout):
     return tp_partial, expert_params
 
 
-def shard(model, layout, expert_params):
+def shard(model, layout, expert_params, expert_shard_dim=0):
     """FSDP2 over the dp mesh dimension: self_attn and the router / experts (the MoE block less the
-    expert-parallel experts) of every layer as their own units, then the layer, then the root."""
+    expert-parallel experts) of every layer as their own units, then the layer, then the root. The experts' weights
+    are sharded on expert_shard_dim (check_expert_shard_dim), every other parameter on dim 0."""
     from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Shard
     mesh = layout.mesh["dp"]
     params = dict(model.named_parameters())
     ignored = {params[n] for n in expert_params}
+    experts = {id(p) for layer in model.model.layers for p in layer.mlp.experts.parameters() if p not in ignored}
+
+    def placement(p):
+        return Shard(expert_shard_dim) if expert_shard_dim and id(p) in experts else None
+
     for layer in model.model.layers:
         fully_shard(layer.self_attn, mesh=mesh)
-        fully_shard(layer.mlp, mesh=mesh, ignored_params=ignored or None)
+        fully_shard(layer.mlp, mesh=mesh, ignored_params=ignored or None, shard_placement_fn=placement)
         fully_shard(layer, mesh=mesh, ignored_params=ignored or None)
     fully_shard(model, mesh=mesh, ignored_params=ignored or None)
     # No backward prefetch of the previous unit (each unit "prefetches" only itself, a no-op; an empty list would
@@ -266,6 +311,20 @@ def shard(model, layout, expert_params):
     for m in model.modules():
         if hasattr(m, "set_modules_to_backward_prefetch"):
             m.set_modules_to_backward_prefetch([m])
+
+
+def regather_experts_in_recompute(model):
+    """Moves the experts' FSDP2 gathers out of the forward's regions and into the recompute's, the order of
+    NeMo-Automodel #3958 (experts resharded between forward and backward): in the forward each layer's MoE unit is
+    gathered by the layer's forward pre-hook (FSDPModule.unshard(), as an explicit prefetch does), before the
+    layer's checkpoint region; the MoE block's output is multiplied by a saved 1.0 (a post-MoE op that saves a
+    tensor, bit for bit the identity), so backward unpacks the region's saved tensors, and recomputes it, before the
+    MoE unit's pre-backward hook has gathered the resharded experts: the recompute's pre-forward hook gathers them,
+    inside the region. FSDP2's copy-out then runs in the recompute and not in the forward. Call after shard()."""
+    for layer in model.model.layers:
+        layer.register_forward_pre_hook(lambda module, args: module.mlp.unshard())
+        one = torch.ones(())
+        layer.mlp.register_forward_hook(lambda module, args, output, one=one: output * one)
 
 
 def _local(t):

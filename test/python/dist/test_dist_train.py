@@ -3,56 +3,20 @@ ranks on loopback, the real tiny Qwen3MoeForCausalLM): parity of every rank with
 bit for bit with off, the per-phase counts of functional collectives and FSDP2 ops, a config that differs between
 ranks, a rank that dies inside a selective region."""
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
-REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
-TOLERANCE = 1e-5
-MODEL = """\
-model: {preset: qwen3_moe_tiny, num_layers: 2, hidden_size: 64, num_attention_heads: 4, num_key_value_heads: 2,
-        head_dim: 16, moe_intermediate_size: 32, num_experts: 4, num_experts_per_tok: 2, vocab_size: 128}
-train: {seq_len: 16, micro_batch: 2, steps: 2, lr: 1.0e-3, seed: 1234}
-activation_checkpoint: {mode: %s}
-parallel: %s
-"""
-LAYOUTS = {"dp2_fsdp": "{dp: 2, fsdp: true}", "tp2": "{tp: 2}", "ep2_dp2_fsdp": "{dp: 2, ep: 2, fsdp: true}"}
+from torchrun_harness import LAYOUTS, TOLERANCE, torchrun, write_config
+
 FUNCOL = {"tp2": "_c10d_functional::all_reduce", "ep2_dp2_fsdp": "_c10d_functional::all_to_all_single"}
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _config(tmp_path, name, mode="selective", parallel="{dp: 2, fsdp: true}", compile_on=False):
-    path = tmp_path / f"{name}.yaml"
-    text = MODEL % (mode, parallel)
-    path.write_text(text.replace("seed: 1234}", "seed: 1234, compile: true}") if compile_on else text)
-    return str(path)
-
-
-def torchrun(*args, timeout=600):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(REPO, "plugin", "python"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(_free_port()), "-m", "hpac.dist_train", *args]
-    start = time.monotonic()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    out = p.stdout + p.stderr
-    print(f"$ {' '.join(cmd)}  ({time.monotonic() - start:.1f} s, exit {p.returncode})")
-    print("\n".join(line for line in out.splitlines() if line.startswith("[rank ")))
-    return p.returncode, out, time.monotonic() - start
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_layout_parity_and_counts(tmp_path, layout):
     out_json = tmp_path / "run.json"
-    rc, out, _ = torchrun("--config", _config(tmp_path, layout, parallel=LAYOUTS[layout]), "--json", str(out_json))
+    rc, out, _ = torchrun("--config", write_config(tmp_path, layout, parallel=LAYOUTS[layout]), "--json", str(out_json))
     assert rc == 0, out[-4000:]
     run = json.loads(out_json.read_text())
     assert run["layout"] == layout and run["ranks"] == 2
@@ -102,7 +66,7 @@ def test_compiled_layers_on_two_ranks(tmp_path, layout):
     rank within the tolerance of the 1-rank run, full and selective within it of off, hpac's policy asked while the
     compiler traced (aot_eager: AOTAutograd and its partitioner, no code generation, to keep the test short)."""
     out_json = tmp_path / "run.json"
-    path = _config(tmp_path, layout, parallel=LAYOUTS[layout], compile_on=True)
+    path = write_config(tmp_path, layout, parallel=LAYOUTS[layout], compile_on=True)
     rc, out, _ = torchrun("--config", path, "--json", str(out_json), "--compile-backend", "aot_eager")
     assert rc == 0, out[-4000:]
     run = json.loads(out_json.read_text())
@@ -116,7 +80,7 @@ def test_compiled_layers_on_two_ranks(tmp_path, layout):
 
 
 def test_compile_with_tensor_parallel_is_refused_on_every_rank(tmp_path):
-    path = _config(tmp_path, "tp2", parallel=LAYOUTS["tp2"], compile_on=True)
+    path = write_config(tmp_path, "tp2", parallel=LAYOUTS["tp2"], compile_on=True)
     rc, out, _ = torchrun("--config", path, "--compile-backend", "aot_eager", timeout=300)
     assert rc != 0
     for r in (0, 1):
@@ -126,8 +90,8 @@ def test_compile_with_tensor_parallel_is_refused_on_every_rank(tmp_path):
 
 
 def test_config_mismatch_rejected_on_every_rank(tmp_path):
-    other = _config(tmp_path, "full", mode="full")
-    rc, out, _ = torchrun("--config", _config(tmp_path, "selective"), "--rank-config", f"1={other}", timeout=300)
+    other = write_config(tmp_path, "full", mode="full")
+    rc, out, _ = torchrun("--config", write_config(tmp_path, "selective"), "--rank-config", f"1={other}", timeout=300)
     assert rc != 0
     for r in (0, 1):
         assert f"[rank {r}] error: hpac.distributed: the ranks run different effective configs" in out, out[-3000:]
@@ -138,7 +102,7 @@ def test_config_mismatch_rejected_on_every_rank(tmp_path):
 
 def test_dead_rank_in_selective_region_ends_job_bounded(tmp_path):
     timeout_s = 30
-    rc, out, elapsed = torchrun("--config", _config(tmp_path, "tp2", parallel="{tp: 2}"), "--modes", "selective",
+    rc, out, elapsed = torchrun("--config", write_config(tmp_path, "tp2", parallel="{tp: 2}"), "--modes", "selective",
                                 "--steps", "3", "--die-rank", "1", "--die-step", "2", "--timeout-s", str(timeout_s),
                                 timeout=300)
     assert rc != 0
@@ -155,7 +119,7 @@ def test_rank_shutdown_under_load(tmp_path):
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
         for i in range(3):
-            rc, out, _ = torchrun("--config", _config(tmp_path, f"tp2_{i}", parallel="{tp: 2}"), "--modes",
+            rc, out, _ = torchrun("--config", write_config(tmp_path, f"tp2_{i}", parallel="{tp: 2}"), "--modes",
                                   "selective", "--steps", "1", "--no-reference", timeout=300)
             assert rc == 0 and "terminate called" not in out, out[-3000:]
             assert out.count("OK: tp2, 1 steps") == 2, out[-3000:]

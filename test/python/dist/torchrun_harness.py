@@ -1,0 +1,45 @@
+"""What the torchrun tests share: the tiny Qwen3-MoE YAML, the 2-rank layouts, and torchrun() running
+hpac.dist_train (or a script) on 2 Gloo ranks over loopback, one thread each."""
+import os
+import socket
+import subprocess
+import sys
+import time
+
+REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
+TOLERANCE = 1e-5
+MODEL = """\
+model: {preset: qwen3_moe_tiny, num_layers: 2, hidden_size: 64, num_attention_heads: 4, num_key_value_heads: 2,
+        head_dim: 16, moe_intermediate_size: 32, num_experts: 4, num_experts_per_tok: 2, vocab_size: 128}
+train: {seq_len: 16, micro_batch: 2, steps: 2, lr: 1.0e-3, seed: 1234}
+activation_checkpoint: {mode: %s}
+parallel: %s
+"""
+LAYOUTS = {"dp2_fsdp": "{dp: 2, fsdp: true}", "tp2": "{tp: 2}", "ep2_dp2_fsdp": "{dp: 2, ep: 2, fsdp: true}"}
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_config(tmp_path, name, mode="selective", parallel="{dp: 2, fsdp: true}", compile_on=False):
+    path = tmp_path / f"{name}.yaml"
+    text = MODEL % (mode, parallel)
+    path.write_text(text.replace("seed: 1234}", "seed: 1234, compile: true}") if compile_on else text)
+    return str(path)
+
+
+def torchrun(*args, timeout=600, target=("-m", "hpac.dist_train")):
+    """Runs `target` (a module after -m, or a script path) with args on 2 ranks; returns (exit status, output,
+    seconds) and prints the command and every "[rank N]" line."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(REPO, "plugin", "python"))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), *target, *args]
+    start = time.monotonic()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    out = p.stdout + p.stderr
+    print(f"$ {' '.join(cmd)}  ({time.monotonic() - start:.1f} s, exit {p.returncode})")
+    print("\n".join(line for line in out.splitlines() if line.startswith("[rank ")))
+    return p.returncode, out, time.monotonic() - start
