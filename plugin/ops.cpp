@@ -33,6 +33,7 @@ c10::Dict<std::string, int64_t> toDict(const InvocationStats& s) {
   d.insert("unserved", s.unserved);
   d.insert("unserved_bytes", s.unserved_bytes);
   d.insert("routing_checked", s.routing_checked);
+  d.insert("routing_kept_bytes", s.routing_kept_bytes);
   d.insert("state_writes", s.state_writes);
   d.insert("state_writes_skipped", s.state_writes_skipped);
   d.insert("packed", s.packed);

@@ -132,6 +132,7 @@ static void addScaled(InvocationStats& a, const InvocationStats& b, int64_t k) {
   a.unserved += k * b.unserved;
   a.unserved_bytes += k * b.unserved_bytes;
   a.routing_checked += k * b.routing_checked;
+  a.routing_kept_bytes += k * b.routing_kept_bytes;
   a.state_writes += k * b.state_writes;
   a.state_writes_skipped += k * b.state_writes_skipped;
   a.packed += k * b.packed;
@@ -515,7 +516,11 @@ void Invocation::afterRun(const Admission& admission, const c10::OperatorHandle&
   if (!cached_storage_.empty() && tables_.isUnsafeAlias(op)) {
     watchUnsafeAliases(stack, op.schema().returns().size());
   }
-  if (C10_UNLIKELY(admission.check_routing)) routing_.keep(op, admission.occurrence, stack);
+  if (C10_UNLIKELY(admission.check_routing)) {
+    const int64_t before = routing_.bytes();
+    routing_.keep(op, admission.occurrence, stack);
+    stats_.routing_kept_bytes += routing_.bytes() - before;
+  }
   if (C10_UNLIKELY(admission.remember_skip) && skippable(op, stack)) {
     const size_t num_returns = op.schema().returns().size();
     SkippedReturns r;

@@ -52,6 +52,7 @@ struct InvocationStats {
   int64_t unserved = 0;       // saved entries no recompute asked for, released when it ended
   int64_t unserved_bytes = 0; // their bytes
   int64_t routing_checked = 0; // routing op outputs the recompute compared with the forward's (Note [Routing is verified])
+  int64_t routing_kept_bytes = 0;  // bytes of the forward's routing decisions kept for that comparison
   int64_t state_writes = 0;   // recompute writes to tensors from outside the region met (Note [State written twice])
   int64_t state_writes_skipped = 0;  // of which not made again (StateWriteRule::kSkip)
   int64_t packed = 0;         // kept tensors handed to the outer saved-tensor hooks (Note [Outer saved-tensor hooks])

@@ -232,6 +232,8 @@ def main(argv=None):
         # checkpoint objects) is collected first: it is not retained, only not yet freed (measured: 32 KiB alive at
         # one step end in 20, freed by the next).
         grads = named = loss = mean_loss = ref_grads = ref_loss = None
+        # Every rank past its step's collectives (Gloo frees a finished collective's buffers on its own threads).
+        dist.barrier()
         gc.collect()
         after = hpac.memory_stats()["current_bytes"]
         for run in runs.values():

@@ -62,19 +62,17 @@ def test_experts_regathered_in_recompute(tmp_path, dim):
     """NeMo-Automodel #3958's order: the experts gathered before each layer's region in the forward and by the
     recompute inside it (hpac.distributed.regather_experts_in_recompute), so FSDP2's copy-out runs in the recompute
     only. Dim 0: its copy-out ops are in hpac's ignored table, and every mode trains exactly. Dim 1: the copy-out's
-    aten::cat.out is not; hpac's selective recompute stops with an error naming the op, the occurrence and the
-    invocation (measured: `hpac: aten::cat.out occurrence 0 of invocation 8 is not in storage: the forward ran this
-    op 0 times, and the recompute met an occurrence the forward never ran`) - never a wrong gradient. Full
-    recomputes it and trains exactly. Until hpac leaves FSDP2's copy-out to FSDP2 in every phase, that error is an
-    expected failure; any other outcome than the parity below or that error fails."""
+    aten::cat.out is not in that table, and hpac's selective recompute stopped with an error naming the op, the
+    occurrence and the invocation (measured: `hpac: aten::cat.out occurrence 0 of invocation 8 is not in storage:
+    the forward ran this op 0 times, and the recompute met an occurrence the forward never ran`), never a wrong
+    gradient. Full
+    recomputes it and trains exactly. Before hpac ignored every op inside FSDP2's record_function ranges (Note [FSDP
+    ranges are ignored], replay/invocation.cpp), selective stopped there with that error; now every mode trains
+    exactly for both dims."""
     out_json = tmp_path / "run.json"
     rc, out, _ = torchrun("--config", write_config(tmp_path, "dp2_fsdp", parallel=LAYOUTS["dp2_fsdp"]),
                           "--expert-shard-dim", str(dim), "--experts-regathered-in-recompute", "--json",
                           str(out_json))
-    known = f"hpac: {COPY_OUT} occurrence 0 of invocation"
-    if dim == 1 and rc != 0 and known in out and "the forward ran this op 0 times" in out:
-        assert "dp2_fsdp full step 1: loss" in out, out[-4000:]  # full got through the first step's backward
-        pytest.xfail(f"selective: '{known} ... is not in storage' (FSDP2's dim-1 copy-out in the recompute only)")
     assert rc == 0, out[-4000:]
     run = json.loads(out_json.read_text())
     _assert_parity(run)
