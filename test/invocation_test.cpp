@@ -269,17 +269,20 @@ TEST_F(ReplayTest, MutatedCacheIsAnErrorUnlessAllowed) {
 
 TEST_F(ReplayTest, InPlaceSavedOpGivesTheRecomputeItsContents) {
   Invocation inv(saveListPolicy({"aten::add_.Tensor"}));
+  // Both targets are made inside the region: a write to a tensor from outside
+  // it is a state write, never saved (Note [State written twice]).
   const at::Tensor b = at::randn({4});
-  at::Tensor fwd = at::zeros({4});
+  at::Tensor fwd;
   {
     RegionGuard region(inv, Phase::kForward);
+    fwd = at::zeros({4});
     fwd.add_(b);
   }
-  at::Tensor rec = at::zeros({4});
   const at::Tensor other = at::zeros({4});
-  at::Tensor returned;
+  at::Tensor rec, returned;
   {
     RegionGuard region(inv, Phase::kRecompute);
+    rec = at::zeros({4});
     returned = rec.add_(other);  // kernel skipped: the forward's result is written into rec
   }
   EXPECT_TRUE(Matches({rec}, {fwd}));
