@@ -70,14 +70,18 @@ def format_counts(counts):
     return "; ".join(cells) or "(no collective or FSDP op inside a region)"
 
 
-def rule_violations(mode, counts):
+def rule_violations(mode, counts, budget_stage=None):
     """What breaks hpac's distributed rules in one step's per-phase counts (empty when none):
     selective: every functional collective of the forward saved, none issued in the recompute (served);
     full: functional collectives issued again in the recompute, none served;
+    budget: as full in its profile (budget_stage 'profiling': every op recomputed, on every rank alike), as
+    selective once planned (Note [Collectives are kept by every plan], policy/budget_plan.h);
     every mode: FSDP2's gathers and lifecycle ops ignored in both phases (never counted, never cached).
     torch.utils.checkpoint stops a recompute early once every tensor backward needs is back, so a recompute may
     end before a region's last ops (the MoE block's all-reduce, for one): it sees at most the forward's calls."""
     out = []
+    if mode == "budget":
+        mode = "full" if budget_stage == "profiling" else "selective"
     fwd, rec = counts["forward"], counts["recompute"]
     for op in FUNCTIONAL_COLLECTIVES:
         f = fwd.get(op)

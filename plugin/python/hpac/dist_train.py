@@ -5,7 +5,11 @@ process) and with off on the same layout. Gloo over loopback, started by torchru
 
     torchrun --nproc-per-node 2 -m hpac.dist_train --config examples/distributed/dp2_fsdp.yaml [--steps N]
         [--modes off,full,selective] [--json out.json] [--expert-shard-dim 0|1|2] [--experts-regathered-in-recompute]
-        [--early-stop on|off]
+        [--early-stop on|off] [--budget-plans DIR]
+
+mode budget (in --modes, or the YAML's activation_checkpoint.mode: budget, with its memory_budget): every rank
+profiles its layers in step 1, then replays rank 0's plan (hpac.distributed.share_budget_plans; Note [One budget
+plan for every rank]).
 
 Each rank prints, per mode and step, the functional collectives and FSDP2 gathers its checkpoint regions issued
 and were served, per phase, and its peak tensor bytes. Exit status 1 when a rank's loss or gradients differ from the
@@ -23,6 +27,7 @@ import gc
 import json
 import os
 import sys
+import tempfile
 import time
 import warnings
 
@@ -31,13 +36,15 @@ import torch.distributed as dist
 import torch.utils.checkpoint
 
 FAULT_EXIT = 3
+MODES = ("off", "full", "selective", "budget")
 
 
 def _parse(argv):
     parser = argparse.ArgumentParser(prog="python -m hpac.dist_train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="hpac-train YAML with a parallel: section")
     parser.add_argument("--steps", type=int, default=None, help="override train.steps (a positive integer)")
-    parser.add_argument("--modes", default="off,full,selective", help="comma-separated subset of off,full,selective")
+    parser.add_argument("--modes", default=None, help="comma-separated subset of off,full,selective,budget "
+                        "(default off,full,selective, and budget when the YAML's mode is budget)")
     parser.add_argument("--json", default=None, help="rank 0 writes every rank's figures to this file")
     parser.add_argument("--tolerance", type=float, default=1e-5, help="against the 1-rank run (fp32); with "
                         "train.compile: true also full and selective against off")
@@ -60,14 +67,22 @@ def _parse(argv):
     parser.add_argument("--early-stop", default=None, metavar="on|off",
                         help="torch.utils.checkpoint.set_checkpoint_early_stop around every step (default: torch's "
                         "setting, on)")
+    parser.add_argument("--budget-plans", default=None, metavar="DIR",
+                        help="where each rank writes its own budget plans and rank 0's (default: a new temporary "
+                        "directory per rank)")
+    parser.add_argument("--diverge-rank", type=int, default=None, help="fault: this rank's layer 0 runs one more op "
+                        "(a multiply by 1.0 after its MoE block, inside the region) in the budget run ...")
+    parser.add_argument("--diverge-step", type=int, default=1, help="... from this step (1-based) on: 1 differs "
+                        "from the shared plan's profile, a later step from the shared plan itself")
     args = parser.parse_args(argv)
     if args.steps is not None and args.steps < 1:
         parser.error(f"--steps {args.steps} is not allowed; allowed: a positive integer")
-    modes = args.modes.split(",")
-    bad = [m for m in modes if m not in ("off", "full", "selective")]
-    if bad or not modes or len(set(modes)) != len(modes):
-        parser.error(f"--modes '{args.modes}' is not allowed; allowed: distinct names from off, full, selective")
-    args.modes = modes
+    if args.modes is not None:
+        modes = args.modes.split(",")
+        bad = [m for m in modes if m not in MODES]
+        if bad or not modes or len(set(modes)) != len(modes):
+            parser.error(f"--modes '{args.modes}' is not allowed; allowed: distinct names from {', '.join(MODES)}")
+        args.modes = modes
     if args.early_stop not in (None, "on", "off"):
         parser.error(f"--early-stop '{args.early_stop}' is not allowed; allowed: on, off")
     if args.timeout_s <= 0:
@@ -126,6 +141,12 @@ def main(argv=None):
             raise ValueError(f"{path}: --experts-regathered-in-recompute with parallel.fsdp "
                              f"{str(config['parallel']['fsdp']).lower()} and ep {config['parallel']['ep']} is not "
                              "allowed: FSDP2 does not shard the experts there; allowed: fsdp: true with ep 1")
+        ac = config["activation_checkpoint"]
+        if args.modes is None:
+            args.modes = ["off", "full", "selective"] + (["budget"] if ac["mode"] == "budget" else [])
+        if "budget" in args.modes and ac["memory_budget"] is None:
+            raise ValueError(f"{path}: --modes {','.join(args.modes)}: mode budget needs "
+                             "activation_checkpoint.memory_budget in the YAML (a fraction in [0, 1] or bytes)")
     except (RuntimeError, ValueError) as e:
         _log(rank, f"error: {e}")
         return 1
@@ -165,82 +186,104 @@ def main(argv=None):
             hd.shard(model, layout, expert_params, args.expert_shard_dim)
             if args.experts_regathered_in_recompute:
                 hd.regather_experts_in_recompute(model)
+        if mode == "budget" and args.diverge_rank == rank:
+            model.model.layers[0].mlp.register_forward_hook(
+                lambda module, a, output: output * 1.0 if die_step[0] >= args.diverge_step else None)
         if mode == "selective" and args.die_rank == rank:
             model.model.layers[min(1, spec["num_layers"] - 1)].mlp.register_forward_hook(
                 _die_hook(rank, die_step, args.die_step))
         opt = torch.optim.AdamW(model.parameters(), lr=train["lr"], weight_decay=0.0)
         runs[mode] = Run(mode, model, prep, opt, tp_partial, expert_params)
 
+    plan_dir = args.budget_plans or tempfile.mkdtemp(prefix=f"hpac-plans-rank{rank}-")
+    if args.budget_plans:
+        plan_dir = os.path.join(plan_dir, f"rank{rank}")
+    plans = {}
     mb = train["micro_batch"]
     early_stop = contextlib.nullcontext if args.early_stop is None else functools.partial(
         torch.utils.checkpoint.set_checkpoint_early_stop, args.early_stop == "on")
-    for step in range(steps):
-        die_step[0] = step + 1
-        global_ids = hc.token_batch(spec["vocab_size"], mb * layout.dp, train["seq_len"], train["seed"], step)
-        local_ids = global_ids[layout.dp_rank * mb:(layout.dp_rank + 1) * mb]
-        ref_grads = ref_loss = None
-        if reference is not None:
-            ref_opt.zero_grad(set_to_none=True)
-            loss = reference(input_ids=global_ids, labels=global_ids).loss
-            loss.backward()
-            ref_loss = loss.detach()
-            ref_grads = {n: p.grad for n, p in reference.named_parameters()}
-        grads = {}
-        for mode in hc.rotated(args.modes, step):
-            run = runs[mode]
-            run.opt.zero_grad(set_to_none=True)
-            start = hpac.memory_stats()["current_bytes"]
-            hpac.reset_peak_memory()
-            t0 = time.perf_counter()
-            with early_stop():
-                loss = run.model(input_ids=local_ids, labels=local_ids).loss
-                loss.backward()
-            hd.reduce_gradients(run.model, layout, run.tp_partial, run.expert_params)
-            elapsed = time.perf_counter() - t0
-            peak = hpac.memory_stats()["peak_bytes"] - start
-            stats = run.prep.take_layer_stats()
-            counts = oracle.phase_counts(stats)
-            mean_loss = loss.detach().clone()
-            dist.all_reduce(mean_loss)
-            mean_loss /= world
-            named = [(n, oracle.full_grad(p)) for n, p in run.model.named_parameters()]
-            grads[mode] = named
-            row = {"step": step + 1, "loss": mean_loss.item(), "peak_bytes": peak, "time_s": elapsed,
-                   "counts": counts, "ignored": sum(s.get("ignored", 0) for s in stats),
-                   "saved": sum(s.get("saved", 0) for s in stats), "served": sum(s.get("served", 0) for s in stats),
-                   "recompute_ops": sum(n for s in stats for k, n in s.items() if k.startswith("log:recompute "))}
+    where = ["before step 1"]
+    try:
+        for step in range(steps):
+            die_step[0] = step + 1
+            global_ids = hc.token_batch(spec["vocab_size"], mb * layout.dp, train["seq_len"], train["seed"], step)
+            local_ids = global_ids[layout.dp_rank * mb:(layout.dp_rank + 1) * mb]
+            ref_grads = ref_loss = None
             if reference is not None:
-                row["dloss_1rank"] = hc.max_abs_diff(mean_loss, ref_loss)
-                row["dgrad_1rank"] = max(hc.max_abs_diff(
-                    g, oracle.reference_slice(n, ref_grads[n], layout, spec)) for n, g in named)
-            run.rows.append(row)
-            _log(rank, f"{layout.name} {mode} step {step + 1}: loss {row['loss']:.6f}"
-                       + (f" |dloss| {row['dloss_1rank']:.2g} |dgrad| {row['dgrad_1rank']:.2g} vs 1 rank"
-                          if reference is not None else "")
-                       + f", peak {peak / 2**20:.2f} MiB; " + oracle.format_counts(counts))
-            run.opt.step()
-        if "off" in grads:
-            for mode, named in grads.items():
-                row = runs[mode].rows[-1]
-                row["dloss_off"] = abs(row["loss"] - runs["off"].rows[-1]["loss"]) if row["loss"] == row["loss"] \
-                    else float("inf")
-                row["dgrad_off"] = max(hc.max_abs_diff(g, g0) for (_, g), (_, g0) in zip(named, grads["off"]))
-        if reference is not None:
-            ref_opt.step()
-        # What the step leaves behind: every mode's parameters, gradients and optimizer state (and the 1-rank
-        # run's), nothing of its activations or checkpoint storage. Garbage in reference cycles (autograd and
-        # checkpoint objects) is collected first: it is not retained, only not yet freed (measured: 32 KiB alive at
-        # one step end in 20, freed by the next).
-        grads = named = loss = mean_loss = ref_grads = ref_loss = None
-        # Every rank past its step's collectives (Gloo frees a finished collective's buffers on its own threads).
-        dist.barrier()
-        gc.collect()
-        after = hpac.memory_stats()["current_bytes"]
-        for run in runs.values():
-            run.rows[-1]["bytes_after_step"] = after
-        _log(rank, f"step {step + 1}: {after} tensor bytes live after the step")
+                ref_opt.zero_grad(set_to_none=True)
+                loss = reference(input_ids=global_ids, labels=global_ids).loss
+                loss.backward()
+                ref_loss = loss.detach()
+                ref_grads = {n: p.grad for n, p in reference.named_parameters()}
+            grads = {}
+            for mode in hc.rotated(args.modes, step):
+                run = runs[mode]
+                where[0] = f"step {step + 1}, mode {mode}"
+                run.opt.zero_grad(set_to_none=True)
+                stage = _budget_stage(run.prep) if mode == "budget" else None
+                start = hpac.memory_stats()["current_bytes"]
+                hpac.reset_peak_memory()
+                t0 = time.perf_counter()
+                with early_stop():
+                    loss = run.model(input_ids=local_ids, labels=local_ids).loss
+                    loss.backward()
+                hd.reduce_gradients(run.model, layout, run.tp_partial, run.expert_params)
+                elapsed = time.perf_counter() - t0
+                peak = hpac.memory_stats()["peak_bytes"] - start
+                stats = run.prep.take_layer_stats()
+                counts = oracle.phase_counts(stats)
+                mean_loss = loss.detach().clone()
+                dist.all_reduce(mean_loss)
+                mean_loss /= world
+                named = [(n, oracle.full_grad(p)) for n, p in run.model.named_parameters()]
+                grads[mode] = named
+                row = {"step": step + 1, "loss": mean_loss.item(), "peak_bytes": peak, "time_s": elapsed,
+                       "counts": counts, "ignored": sum(s.get("ignored", 0) for s in stats),
+                       "saved": sum(s.get("saved", 0) for s in stats), "served": sum(s.get("served", 0) for s in stats),
+                       "skipped": sum(s.get("skipped", 0) for s in stats),
+                       "recompute_ops": sum(n for s in stats for k, n in s.items() if k.startswith("log:recompute "))}
+                if stage is not None:
+                    row["budget_stage"] = stage
+                if reference is not None:
+                    row["dloss_1rank"] = hc.max_abs_diff(mean_loss, ref_loss)
+                    row["dgrad_1rank"] = max(hc.max_abs_diff(
+                        g, oracle.reference_slice(n, ref_grads[n], layout, spec)) for n, g in named)
+                run.rows.append(row)
+                _log(rank, f"{layout.name} {mode} step {step + 1}: loss {row['loss']:.6f}"
+                           + (f" |dloss| {row['dloss_1rank']:.2g} |dgrad| {row['dgrad_1rank']:.2g} vs 1 rank"
+                              if reference is not None else "")
+                           + f", peak {peak / 2**20:.2f} MiB, skipped {row['skipped']}; " + oracle.format_counts(counts))
+                run.opt.step()
+                if mode == "budget" and step == 0:
+                    plans = hd.share_budget_plans(run.prep, layout, plan_dir)
+                    _log(rank, f"budget: every layer replays rank 0's plan from step 2 on (sha256 "
+                               f"{', '.join(d[:12] for d in plans['held'])}); this rank's own plans "
+                               f"{', '.join(d[:12] for d in plans['own'])}")
+            if "off" in grads:
+                for mode, named in grads.items():
+                    row = runs[mode].rows[-1]
+                    row["dloss_off"] = abs(row["loss"] - runs["off"].rows[-1]["loss"]) if row["loss"] == row["loss"] \
+                        else float("inf")
+                    row["dgrad_off"] = max(hc.max_abs_diff(g, g0) for (_, g), (_, g0) in zip(named, grads["off"]))
+            if reference is not None:
+                ref_opt.step()
+            # What the step leaves behind: every mode's parameters, gradients and optimizer state (and the 1-rank
+            # run's), nothing of its activations or checkpoint storage. Garbage in reference cycles (autograd and
+            # checkpoint objects) is collected first: it is not retained, only not yet freed (measured: 32 KiB alive at
+            # one step end in 20, freed by the next).
+            grads = named = loss = mean_loss = ref_grads = ref_loss = None
+            # Every rank past its step's collectives (Gloo frees a finished collective's buffers on its own threads).
+            dist.barrier()
+            gc.collect()
+            after = hpac.memory_stats()["current_bytes"]
+            for run in runs.values():
+                run.rows[-1]["bytes_after_step"] = after
+            _log(rank, f"step {step + 1}: {after} tensor bytes live after the step")
 
-    mine = {"rank": rank, "modes": {m: r.rows for m, r in runs.items()}, "compiled": bool(train["compile"]),
+    except Exception as e:  # one message on every rank (hpac.distributed.fail_together)
+        _log(rank, f"error: {hd.fail_together(rank, e, where[0])}")
+        return 1
+    mine = {"rank": rank, "budget_plans": plans, "modes": {m: r.rows for m, r in runs.items()}, "compiled": bool(train["compile"]),
             "traced_regions": len(hpac._compile.TRACED), "early_stop": args.early_stop,
             "expert_placements": {n: repr(getattr(p, "placements", ["(not sharded)"])[0])
                                   for n, p in runs[args.modes[0]].model.named_parameters() if ".mlp.experts." in n}}
@@ -272,6 +315,12 @@ def main(argv=None):
     return 0
 
 
+def _budget_stage(prep):
+    """The stage of the budget layers' regions ('profiling', 'planned', ...): one word when they agree."""
+    stages = sorted({p.budget.stage for p in prep.layers if p.budget is not None})
+    return "/".join(stages)
+
+
 def _runner_settings(args):
     """The runner's options that change what a rank computes or issues, as lines every rank must share (appended to
     the config summary whose digest the ranks compare)."""
@@ -295,7 +344,7 @@ def check(mine, args, layout):
             off_tolerance = args.tolerance if mine["compiled"] else 0.0
             if "dloss_off" in row and not (row["dloss_off"] <= off_tolerance and row["dgrad_off"] <= off_tolerance):
                 failures.append(f"{where}: differs from off (|dloss| {row['dloss_off']}, |dgrad| {row['dgrad_off']})")
-            failures += [f"{where}: {m}" for m in oracle.rule_violations(mode, row["counts"])]
+            failures += [f"{where}: {m}" for m in oracle.rule_violations(mode, row["counts"], row.get("budget_stage"))]
     if mine["compiled"] and set(mine["modes"]) - {"off"} and mine["traced_regions"] == 0:
         failures.append("train.compile: true, but no checkpointed region was traced by hpac's policy")
     return failures

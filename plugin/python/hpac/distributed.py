@@ -22,6 +22,7 @@ Layout (the C++ trainer's, docs/distributed.md): world = tp x dp, rank = dp_rank
              copy-out chunk and concatenate (aten::split.Tensor, aten::cat.out) inside the MoE unit's gather.
 """
 import hashlib
+import os
 
 import torch
 import torch.distributed as dist
@@ -142,6 +143,108 @@ def check_same_config(config, runner_settings=""):
         lines.append(f"rank {r} differs from rank 0: " + "; ".join(diff))
     raise RuntimeError("hpac.distributed: the ranks run different effective configs (mode, plan or parallel "
                        "layout); no rank trains. " + " ".join(lines))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One budget plan for every rank
+
+def _plan_ops(text):
+    """(occurrence, op, overload) of every op line of a plan text (Note [Plan files], policy/budget_policy.h)."""
+    return [tuple(line.split()[1:4]) for line in text.splitlines()
+            if line.split()[:1] and line.split()[0] in ("keep", "recompute", "skip")]
+
+
+def _read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def share_budget_plans(prep, layout, plan_dir):
+    """Makes every rank replay rank 0's budget plan, layer by layer. Call on every rank at the same point, after the
+    budget layers' profile (their first call), before their next forward. Returns {"own": [...], "held": [...]}:
+    per budget layer, the sha256 of the plan this rank made from its own profile and of the plan its region holds
+    now (rank 0's).
+
+    Note [One budget plan for every rank]
+    Each rank profiles its layers in the first step (every op recomputed, as full, on every rank alike) and plans
+    from its own kernel times, so two ranks' plans can differ in what they keep (measured: ranks of one job
+    disagree on some layers; docs/distributed.md). Collectives are kept by every plan (Note [Collectives are kept
+    by every plan], policy/budget_plan.h), so differing plans do not hang, but they differ in memory and in what the
+    recompute runs, and a job should run one plan. So the ranks all-gather their plan texts (Budget.save_plan) and
+    every rank replays rank 0's (hpac.budget(plan=...), re-wrapped in the layer's context): a loaded plan is never
+    re-profiled, and a forward that leaves it is an error naming the plan and the op. The op sequences are compared
+    first: a rank whose region ran other ops than rank 0's in the profile fails here, on every rank, with one
+    message naming the rank, the layer and the first differing op; a rank whose region leaves the shared plan in a
+    later step raises hpac's mismatch error there, and fail_together makes every rank report it."""
+    import hpac
+    import hpac.hf as hf
+    layers = [p for p in prep.layers if p.budget is not None]
+    os.makedirs(plan_dir, exist_ok=True)
+    own = []
+    for p in layers:
+        path = os.path.join(plan_dir, f"layer{p.index}.rank{layout.rank}.own.plan")
+        p.budget.save_plan(path)  # raises unless the region planned (its profile finished)
+        own.append(_read(path))
+    everyone = [None] * layout.world
+    dist.all_gather_object(everyone, own)
+    problems = []
+    for r in range(1, layout.world):
+        for p, base, mine in zip(layers, everyone[0], everyone[r]):
+            a, b = _plan_ops(base), _plan_ops(mine)
+            if a == b:
+                continue
+            i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            problems.append(f"rank {r}, layer {p.index}: op {i} is {_describe(b, i)} where rank 0's is "
+                            f"{_describe(a, i)}")
+    if problems:
+        raise RuntimeError("hpac.distributed: mode budget: the ranks' regions ran different ops in the profile, so "
+                           "rank 0's plan cannot serve every rank; no rank trains on. " + "; ".join(problems))
+    held = []
+    for p, text in zip(layers, everyone[0]):
+        path = os.path.join(plan_dir, f"layer{p.index}.from-rank0.plan")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        p.budget = hpac.budget(plan=path)
+        hf._wrap(p.module, p._context_fn(p.budget))  # prepare's wrap, with the layer's op log, on the new region
+        check = os.path.join(plan_dir, f"layer{p.index}.rank{layout.rank}.held.plan")
+        p.budget.save_plan(check)  # what the region holds now, written back from C++
+        held.append(_read(check))
+    digest = lambda t: hashlib.sha256(t.encode()).hexdigest()
+    return {"own": [digest(t) for t in own], "held": [digest(t) for t in held]}
+
+
+def _describe(ops, i):
+    if i >= len(ops):
+        return f"the end of its profile ({len(ops)} ops)"
+    occurrence, op, overload = ops[i]
+    return f"{op}{'' if overload == '-' else '.' + overload} occurrence {occurrence}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One failure, reported by every rank
+
+FAILURE_KEY = "hpac/first_failure"
+
+
+def fail_together(rank, error, where):
+    """The message every rank reports for a job that fails mid-step. The first rank to fail posts its error to the
+    job's store (torchrun's agent serves it, so it outlives the ranks) before it exits; its peers fail next, at
+    their next collective on the closed Gloo connection, and report the posted error instead of their own
+    ("Connection closed by peer"). First post wins; a rank that finds nothing posted (a peer that died without
+    posting) reports its own error.
+
+    Args:
+        rank: this rank.
+        error: the exception this rank caught.
+        where: what the rank was doing (step and mode), put before its own message.
+    """
+    mine = f"rank {rank}, {where}: {str(error).strip()}"
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        winner = store.compare_set(FAILURE_KEY, "", mine)
+        return winner.decode() if isinstance(winner, bytes) else str(winner)
+    except Exception:  # no store left: the error is this rank's own
+        return mine
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -31,11 +31,11 @@ def write_config(tmp_path, name, mode="selective", parallel="{dp: 2, fsdp: true}
     return str(path)
 
 
-def torchrun(*args, timeout=600, target=("-m", "hpac.dist_train")):
-    """Runs `target` (a module after -m, or a script path) with args on 2 ranks; returns (exit status, output,
+def torchrun(*args, timeout=600, target=("-m", "hpac.dist_train"), nproc=2):
+    """Runs `target` (a module after -m, or a script path) with args on nproc ranks; returns (exit status, output,
     seconds) and prints the command and every "[rank N]" line."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(REPO, "plugin", "python"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
            "--master-port", str(_free_port()), *target, *args]
     start = time.monotonic()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
