@@ -84,13 +84,16 @@ constexpr int64_t kBudgetResolution = 4096;
 // autograd saved, or a needed op's argument, lives in what it returns; ops
 // with other effects (in-place writes, random numbers, values read back by
 // Python such as item(), collectives, any op not skippable) are always
-// needed, and so are the arguments of the ignored ops (copy_, detach) that
-// ran between counted ops. One backward pass over the profile finds the
-// needed set; every other op is skipped in the recompute: the invocation
-// hands back uninitialised tensors of the forward's sizes and strides instead
-// of running the kernel (Invocation, Action::kSkip). Nothing the backward
-// reads comes from a skipped op, by construction; the recompute still runs
-// the same op sequence, so the replay checks hold. Views are never skipped
+// needed; so is every op with an integer or bool result, since Python reads
+// those back without an op hpac sees (an expert-parallel MoE's token counts:
+// `counts.sum(1).tolist()` as all-to-all split sizes; skipped, the recompute
+// split by uninitialised sizes), and so are the arguments of the ignored ops
+// (copy_, detach) that ran between counted ops. One backward pass over the
+// profile finds the needed set; every other op is skipped in the recompute:
+// the invocation hands back uninitialised tensors of the forward's sizes and
+// strides instead of running the kernel (Invocation, Action::kSkip). Nothing
+// the backward reads comes from a skipped op, by construction; the recompute
+// still runs the same op sequence, so the replay checks hold. Views are never skipped
 // (they run no kernel) but pass need on to their base only when needed.
 //
 // The plan for a budget in bytes (>= 0; more than total_bytes keeps

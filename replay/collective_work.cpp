@@ -65,9 +65,18 @@ void waitWorks(torch::jit::Stack* stack, size_t num_returns) {
 // them; the caller's own wait_tensor then finds no pending Work and returns
 // the tensor as is. Inside a region the collective is synchronous (on CUDA a
 // wait only orders streams).
+//
+// _c10d_functional::_wrap_tensor_autograd (torch >= 2.10) is no collective: it wraps a collective's output in
+// an AsyncCollectiveTensor, a Python subclass that issues its wait_tensor when first used. Waiting that
+// wrapper here ran its wait inside hpac's fallback, where the region does not see it, and marked it done, so
+// the caller's own wait issued one wait_tensor fewer than when the op was not kept: a budget plan made from a
+// profile (nothing kept) then met another op sequence in the next step (measured: every ep2 budget run failed
+// in step 2, "its op 72 is _c10d_functional::wait_tensor occurrence 1, the region's is aten::sum"). The
+// collective before it is waited when kept; the wrapper is left alone.
 bool isFunctionalCollective(const c10::FunctionSchema& schema) {
   const std::string& name = schema.name();
-  return name.rfind("_c10d_functional::", 0) == 0 && name != "_c10d_functional::wait_tensor";
+  return name.rfind("_c10d_functional::", 0) == 0 && name != "_c10d_functional::wait_tensor" &&
+         name != "_c10d_functional::_wrap_tensor_autograd";
 }
 
 void waitFunctionalOutputs(const torch::jit::Stack& stack, size_t num_returns) {

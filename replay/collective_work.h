@@ -31,7 +31,7 @@ c10::IValue completedWork();
 void waitWorks(torch::jit::Stack* stack, size_t num_returns);
 
 // _c10d_functional::all_reduce, all_gather_into_tensor, reduce_scatter_tensor,
-// ... (every op of that namespace but wait_tensor): returns tensors that are
+// ... (every op of that namespace but wait_tensor and _wrap_tensor_autograd): returns tensors that are
 // final only once waited (Note [Functional collectives are waited before they
 // are saved]).
 bool isFunctionalCollective(const c10::FunctionSchema& schema);

@@ -8,6 +8,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/from_blob.h>
+#include <c10/core/ScalarType.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/macros/Macros.h>
 #include <c10/util/Exception.h>
@@ -611,6 +612,9 @@ bool Invocation::skippable(const c10::OperatorHandle& op, const torch::jit::Stac
     if (!v.isTensor()) return false;
     const at::Tensor& t = v.toTensor();
     if (!t.defined() || !t.has_storage() || t.layout() != at::kStrided || t.is_meta()) return false;
+    // Integer and bool results (counts, indices, masks) size and route what follows, and Python reads them back
+    // without an op the region sees (tolist(), numpy(), split sizes): never skipped (Note [Dead ops are skipped]).
+    if (!c10::isFloatingType(t.scalar_type()) && !c10::isComplexType(t.scalar_type())) return false;
   }
   return true;
 }

@@ -136,6 +136,29 @@ def test_ops_nothing_backward_needs_are_skipped_unless_told_not_to(skip_dead):
     assert b.status()["skipped_ops"] == (3 if skip_dead else 0)
 
 
+def test_integer_results_python_reads_back_are_never_skipped():
+    """Note [Dead ops are skipped]: an expert-parallel MoE sizes its all-to-all with token counts read back by
+    tolist(), which no op the region sees reads. Autograd saves nothing of bincount's result, so it feeds nothing
+    backward needs (at budget 0 nothing is kept, so the plan does not depend on the timings); skipped, the
+    recompute split by uninitialised sizes. Integer results always run."""
+    torch.manual_seed(5)
+    x = torch.randn(24, 16, requires_grad=True)
+    w = torch.randn(16, 16, requires_grad=True)
+    route = torch.randint(0, 3, (24,))
+
+    def fn(t):
+        sizes = torch.bincount(route, minlength=3).tolist()
+        parts = (t[torch.argsort(route, stable=True)] @ w).split(sizes)
+        return sum(torch.tanh(p).sum() * (i + 1) for i, p in enumerate(parts))
+
+    ref = torch.autograd.grad(fn(x), [x, w])
+    b = hpac.budget(0.0)
+    for _ in range(3):
+        hpac.reset_global_stats()
+        assert_same(torch.autograd.grad(hpac.checkpoint(fn, x, policy=b), [x, w]), ref)
+    assert b.status()["stage"] == "planned" and hpac.global_stats()["skipped"] > 0  # the sums, for one
+
+
 def test_status_before_the_first_call_and_a_budget_in_bytes():
     b = hpac.budget(bytes=0)
     assert b.stage == "profiling"

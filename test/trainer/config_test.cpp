@@ -229,7 +229,19 @@ TEST(TrainerConfig, ParallelRejections) {
       {"model: {preset: gpt2_tiny}\nparallel: {dp: 2}\n", "'gpt2_tiny'"},
       {"train: {dtype: bfloat16}\nparallel: {dp: 2}\n", "needs train.dtype: float32"},
       {"parallel: {fsdp: maybe}\n", "parallel.fsdp"},
+      {"train: {seq_len: 66}\nparallel: {cp: 2}\n",
+       "t.yaml:2:16: parallel.cp: '2' with train.seq_len 66: context parallel splits each sequence into 2 x cp = 4 "
+       "chunks"},
+      {"parallel: {cp: 0}\n", "parallel.cp"},
+      {"parallel: {dp: 8, cp: 16}\n", "tp x cp x dp = 128 ranks; allowed: at most 64"},
   });
+}
+
+TEST(TrainerConfig, ContextParallelCountsInTheWorldSize) {
+  const TrainConfig c = parseOk("train: {seq_len: 64}\nparallel: {cp: 2, dp: 2, fsdp: true}\n");
+  EXPECT_EQ(c.parallel.cp, 2);
+  EXPECT_EQ(c.parallel.worldSize(), 4);
+  EXPECT_NE(effectiveSummary(c).find("parallel.cp=2"), std::string::npos) << effectiveSummary(c);
 }
 
 TEST(TrainerConfig, EffectiveSummaryNamesEverySettingRanksMustShare) {

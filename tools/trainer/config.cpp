@@ -176,17 +176,19 @@ class ConfigParser {
   absl::Status parseParallel(const YAML::Node& node, TrainConfig& config) {
     ParallelSpec& p = config.parallel;
     const ModelSpec& m = config.model;
-    if (auto s = r_.checkMap(node, "parallel", {"tp", "dp", "ep", "fsdp"}); !s.ok()) return s;
+    if (auto s = r_.checkMap(node, "parallel", {"tp", "dp", "ep", "cp", "fsdp"}); !s.ok()) return s;
     p.where = r_.where(node);
     if (node["tp"]) HPAC_ASSIGN_OR_RETURN(p.tp, r_.integer(node["tp"], "parallel.tp", 1, 64));
     if (node["dp"]) HPAC_ASSIGN_OR_RETURN(p.dp, r_.integer(node["dp"], "parallel.dp", 1, 64));
     if (node["ep"]) HPAC_ASSIGN_OR_RETURN(p.ep, r_.integer(node["ep"], "parallel.ep", 1, 64));
+    if (node["cp"]) HPAC_ASSIGN_OR_RETURN(p.cp, r_.integer(node["cp"], "parallel.cp", 1, 64));
     if (node["fsdp"]) HPAC_ASSIGN_OR_RETURN(p.fsdp, r_.boolean(node["fsdp"], "parallel.fsdp"));
     auto at = [&](const char* key) { return node[key] ? node[key] : node; };
     if (p.worldSize() > 64) {
-      return r_.error(node, "parallel", absl::StrCat("tp x dp = ", p.worldSize(), " ranks; allowed: at most 64"));
+      return r_.error(node, "parallel",
+                      absl::StrCat("tp x cp x dp = ", p.worldSize(), " ranks; allowed: at most 64"));
     }
-    if (p.tp * p.dp * p.ep == 1 && !p.fsdp) return absl::OkStatus();
+    if (p.tp * p.dp * p.ep * p.cp == 1 && !p.fsdp) return absl::OkStatus();
     if (m.preset.rfind("qwen3_moe", 0) != 0) {
       return r_.error(node, "parallel",
                       absl::StrCat("is implemented for the Qwen3-MoE presets (qwen3_moe_tiny, qwen3_moe_30b_a3b); "
@@ -208,11 +210,20 @@ class ConfigParser {
                                      "): tensor parallelism splits it over the tp ranks"));
       }
     }
+    // Context parallel (torch's context_parallel) splits each sequence into 2 x cp chunks and gives a rank one
+    // from the head and its mirror from the tail, so that causal attention costs every rank alike.
+    if (p.cp > 1 && config.train.seq_len % (2 * p.cp) != 0) {
+      return r_.error(at("cp"), "parallel.cp",
+                      absl::StrCat("'", p.cp, "' with train.seq_len ", config.train.seq_len,
+                                   ": context parallel splits each sequence into 2 x cp = ", 2 * p.cp,
+                                   " chunks (torch's head-tail load balancing of causal attention); allowed: a cp "
+                                   "with train.seq_len divisible by 2 x cp"));
+    }
     if (p.dp % p.ep != 0) {
       return r_.error(at("ep"), "parallel.ep",
                       absl::StrCat("'", p.ep, "' must divide parallel.dp (", p.dp,
                                    "): expert-parallel groups are carved out of the data-parallel ranks "
-                                   "(the world size is tp x dp = ", p.worldSize(), ")"));
+                                   "(the world size is tp x cp x dp = ", p.worldSize(), ")"));
     }
     if (m.num_experts % p.ep != 0) {
       return r_.error(at("ep"), "parallel.ep",
@@ -438,7 +449,7 @@ std::string effectiveSummary(const TrainConfig& c) {
   absl::StrAppend(&out, "\nactivation_checkpoint.routing=", toString(c.activation_checkpoint.routing),
                   "\nactivation_checkpoint.state_writes=", toString(c.activation_checkpoint.state_writes));
   absl::StrAppend(&out, "\nactivation_swap=", toString(c.activation_swap), "\nparallel.tp=", c.parallel.tp,
-                  "\nparallel.dp=", c.parallel.dp, "\nparallel.ep=", c.parallel.ep, "\nparallel.fsdp=",
+                  "\nparallel.dp=", c.parallel.dp, "\nparallel.ep=", c.parallel.ep, "\nparallel.cp=", c.parallel.cp, "\nparallel.fsdp=",
                   c.parallel.fsdp);
   return out;
 }

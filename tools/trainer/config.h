@@ -127,9 +127,10 @@ struct ParallelSpec {
   int64_t tp = 1;
   int64_t dp = 1;
   int64_t ep = 1;
+  int64_t cp = 1;  // context parallel: the torchrun runner only (torch's context_parallel, CUDA)
   bool fsdp = false;
   std::string where;  // "file:line:col" of the section, for later errors
-  int64_t worldSize() const { return tp * dp; }
+  int64_t worldSize() const { return tp * cp * dp; }
   bool distributed() const { return worldSize() > 1; }
 };
 

@@ -83,7 +83,7 @@ std::string configJson(const TrainConfig& c) {
   }
   absl::StrAppend(&out, "}, \"activation_swap\": ", quote(toString(c.activation_swap)));
   const ParallelSpec& p = c.parallel;
-  absl::StrAppend(&out, ", \"parallel\": {\"tp\": ", p.tp, ", \"dp\": ", p.dp, ", \"ep\": ", p.ep, ", \"fsdp\": ",
+  absl::StrAppend(&out, ", \"parallel\": {\"tp\": ", p.tp, ", \"dp\": ", p.dp, ", \"ep\": ", p.ep, ", \"cp\": ", p.cp, ", \"fsdp\": ",
                   boolean(p.fsdp), "}, \"effective_summary\": ", quote(effectiveSummary(c)), "}");
   return out;
 }

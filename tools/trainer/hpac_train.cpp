@@ -171,6 +171,12 @@ int main(int argc, char** argv) try {
   }
 
   const ParallelSpec& layout = config->parallel;
+  if (layout.cp > 1) {
+    return fail(absl::StrCat(config_path, ": parallel.cp ", layout.cp,
+                             ": hpac-train has no context parallel (it splits attention by heads, never by "
+                             "sequence); allowed: cp 1 here, or run the config under torchrun -m hpac.dist_train, "
+                             "which uses torch's context_parallel on CUDA"));
+  }
   const bool in_job = std::getenv("HPAC_RANK") != nullptr;
   if (nproc && !in_job) {
     if (*nproc != layout.worldSize()) {

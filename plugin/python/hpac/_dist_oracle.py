@@ -16,18 +16,14 @@ ISSUED = ("saved", "run", "recomputed", "ignored")  # the kernel ran; "served" d
 
 
 def reference_slice(name, ref, layout, model_spec):
-    """The part of the 1-rank parameter (or gradient) `ref` that this rank's full_grad covers."""
-    if ".mlp.experts." in name and layout.ep > 1:
-        n = model_spec["num_experts"] // layout.ep
-        return ref[layout.ep_rank * n:(layout.ep_rank + 1) * n]
-    if ".mlp.experts." in name and layout.tp > 1:
-        inter = model_spec["moe_intermediate_size"]
-        w = inter // layout.tp
-        rows = slice(layout.tp_rank * w, (layout.tp_rank + 1) * w)
-        if name.endswith("gate_up_proj"):
-            return torch.cat([ref[:, :inter][:, rows], ref[:, inter:][:, rows]], dim=1)
-        return ref[:, :, rows]
-    return ref
+    """The part of the 1-rank parameter (or gradient) `ref` that this rank's full_grad covers: for the experts, the
+    slice hpac.distributed.expert_slice gives this rank (its experts under ep, its width under tp)."""
+    from .distributed import expert_slice
+    if ".mlp.experts." not in name or (layout.ep == 1 and layout.tp == 1):
+        return ref
+    n = model_spec["num_experts"] // layout.ep
+    owned = slice(layout.ep_rank * n, (layout.ep_rank + 1) * n)
+    return expert_slice(name, ref, owned, model_spec["moe_intermediate_size"], layout.tp, layout.tp_rank)
 
 
 def full_grad(p):

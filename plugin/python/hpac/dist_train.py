@@ -58,6 +58,9 @@ def _parse(argv):
     parser.add_argument("--die-rank", type=int, default=None, help="this rank exits (status 3) mid-step ...")
     parser.add_argument("--die-step", type=int, default=2, help="... in this step (1-based) of the selective run, "
                         "inside the checkpoint region of layer 1, after its MoE block")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="cpu (Gloo; hpac's tracking allocator measures the bytes) or cuda (NCCL, one GPU per "
+                             "rank by LOCAL_RANK; the CUDA caching allocator's figures); parallel.cp > 1 needs cuda")
     parser.add_argument("--no-reference", action="store_true", help="skip the 1-rank run (benchmarks)")
     parser.add_argument("--expert-shard-dim", type=int, default=0,
                         help="the dim FSDP2 shards the 3-D expert weights on (fsdp: true, ep 1): 0, 1 or 2")
@@ -127,7 +130,9 @@ def main(argv=None):
     import hpac.hf as hf
     import hpac.hf_compare as hc
 
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout_s))
+    memory = _Memory(args.device)
+    dist.init_process_group("gloo" if args.device == "cpu" else "cuda:nccl,cpu:gloo",
+                            timeout=datetime.timedelta(seconds=args.timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
     path = args.config
     if args.rank_config is not None and args.rank_config[0] == rank:
@@ -135,7 +140,7 @@ def main(argv=None):
     try:
         config = hf.load_config(path)
         digest = hd.check_same_config(config, _runner_settings(args))
-        hd.check_layout(config, world)
+        hd.check_layout(config, world, args.device)
         hd.check_expert_shard_dim(config, args.expert_shard_dim)
         if args.experts_regathered_in_recompute and not hd.experts_in_fsdp(config):
             raise ValueError(f"{path}: --experts-regathered-in-recompute with parallel.fsdp "
@@ -152,21 +157,27 @@ def main(argv=None):
         return 1
     spec, train = config["model"], config["train"]
     steps = args.steps or train["steps"]
-    layout = hd.Layout(config["parallel"], rank, world)
+    layout = hd.Layout(config["parallel"], rank, world, args.device)
     layout.build_groups()
     torch.manual_seed(train["seed"])
     if rank == 0:
         _log(rank, f"hpac {hpac.version()}, torch {torch.__version__}, transformers {transformers.__version__}: "
                    f"Qwen3MoeForCausalLM {spec['num_layers']} layers, hidden {spec['hidden_size']}, "
                    f"{spec['num_experts']} experts top-{spec['num_experts_per_tok']}; layout {layout.name} on "
-                   f"{world} ranks (tp {layout.tp} x dp {layout.dp}, ep {layout.ep}, fsdp {layout.fsdp}); "
+                   f"{world} ranks (tp {layout.tp} x cp {layout.cp} x dp {layout.dp}, ep {layout.ep}, fsdp "
+                   f"{layout.fsdp}) on {args.device}; "
                    f"{steps} steps; config digest {digest[:16]}; {torch.get_num_threads()} threads per rank"
                    + _runner_settings(args).replace("\nrunner: ", "; "))
 
     def build():
-        return hc.qwen3_moe_model(spec, train["seed"])
+        return hc.qwen3_moe_model(spec, train["seed"]).to(args.device)
 
-    hpac.track_memory()
+    try:
+        if layout.cp > 1:
+            hd.check_cp_attention(build(), layout)
+    except ValueError as e:  # the same model on every rank: every rank refuses
+        _log(rank, f"error: {e}")
+        return 1
     registry = hf.load_registry()
     reference = None
     if not args.no_reference:
@@ -206,7 +217,8 @@ def main(argv=None):
     try:
         for step in range(steps):
             die_step[0] = step + 1
-            global_ids = hc.token_batch(spec["vocab_size"], mb * layout.dp, train["seq_len"], train["seed"], step)
+            global_ids = hc.token_batch(spec["vocab_size"], mb * layout.dp, train["seq_len"], train["seed"],
+                                        step).to(args.device)
             local_ids = global_ids[layout.dp_rank * mb:(layout.dp_rank + 1) * mb]
             ref_grads = ref_loss = None
             if reference is not None:
@@ -221,20 +233,22 @@ def main(argv=None):
                 where[0] = f"step {step + 1}, mode {mode}"
                 run.opt.zero_grad(set_to_none=True)
                 stage = _budget_stage(run.prep) if mode == "budget" else None
-                start = hpac.memory_stats()["current_bytes"]
-                hpac.reset_peak_memory()
+                start = memory.reset_peak()
                 t0 = time.perf_counter()
                 with early_stop():
-                    loss = run.model(input_ids=local_ids, labels=local_ids).loss
-                    loss.backward()
+                    if layout.cp > 1:
+                        loss = hd.context_parallel_step(run.model, local_ids, layout)
+                    else:
+                        loss = run.model(input_ids=local_ids, labels=local_ids).loss
+                        loss.backward()
                 hd.reduce_gradients(run.model, layout, run.tp_partial, run.expert_params)
-                elapsed = time.perf_counter() - t0
-                peak = hpac.memory_stats()["peak_bytes"] - start
+                elapsed = memory.elapsed(t0)
+                peak = memory.peak() - start
                 stats = run.prep.take_layer_stats()
                 counts = oracle.phase_counts(stats)
                 mean_loss = loss.detach().clone()
                 dist.all_reduce(mean_loss)
-                mean_loss /= world
+                mean_loss /= world // layout.cp  # the cp ranks hold parts of one loss
                 named = [(n, oracle.full_grad(p)) for n, p in run.model.named_parameters()]
                 grads[mode] = named
                 row = {"step": step + 1, "loss": mean_loss.item(), "peak_bytes": peak, "time_s": elapsed,
@@ -275,7 +289,7 @@ def main(argv=None):
             # Every rank past its step's collectives (Gloo frees a finished collective's buffers on its own threads).
             dist.barrier()
             gc.collect()
-            after = hpac.memory_stats()["current_bytes"]
+            after = memory.current()
             for run in runs.values():
                 run.rows[-1]["bytes_after_step"] = after
             _log(rank, f"step {step + 1}: {after} tensor bytes live after the step")
@@ -313,6 +327,42 @@ def main(argv=None):
                   "hpac's policy" if train["compile"] else "the collective and FSDP counts follow hpac's rules")
     _log(rank, f"OK: {layout.name}, {steps} steps, modes {', '.join(args.modes)}: {', '.join(claims)}")
     return 0
+
+
+class _Memory:
+    """Tensor bytes and step time on the run's device: hpac's tracking allocator on CPU (the whole process), the
+    CUDA caching allocator's allocated bytes on cuda (time after a device synchronisation)."""
+
+    def __init__(self, device):
+        import hpac
+        self.cuda = device == "cuda"
+        if self.cuda:
+            if not torch.cuda.is_available():
+                raise SystemExit(f"hpac.dist_train: --device cuda, but torch {torch.__version__} sees no CUDA device")
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        else:
+            hpac.track_memory()
+        self._hpac = hpac
+
+    def current(self):
+        return torch.cuda.memory_allocated() if self.cuda else self._hpac.memory_stats()["current_bytes"]
+
+    def peak(self):
+        return torch.cuda.max_memory_allocated() if self.cuda else self._hpac.memory_stats()["peak_bytes"]
+
+    def reset_peak(self):
+        """Resets the peak; returns the bytes live now."""
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            self._hpac.reset_peak_memory()
+        return self.current()
+
+    def elapsed(self, t0):
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
 
 
 def _budget_stage(prep):

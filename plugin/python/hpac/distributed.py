@@ -3,7 +3,7 @@
 functional all-to-all, as torchtitan's MoE does), trained under off, full and selective through hpac.hf and the
 hpac-train YAML (its `parallel:` section, validated by the C++ parser). Started by torchrun (module hpac.dist_train).
 
-Layout (the C++ trainer's, docs/distributed.md): world = tp x dp, rank = dp_rank x tp + tp_rank.
+Layout (the C++ trainer's, docs/distributed.md): world = tp x cp x dp, rank = (dp_rank x cp + cp_rank) x tp + tp_rank.
   tp > 1     attention by heads (q/k/v ColwiseParallel, o_proj RowwiseParallel on the "tp" mesh dimension) and each
              expert's intermediate width (gate/up rows, down columns; the partial outputs all-reduced over tp with
              _c10d_functional::all_reduce). q_norm, k_norm and the router see part of the work on a tp rank: their
@@ -16,6 +16,10 @@ Layout (the C++ trainer's, docs/distributed.md): world = tp x dp, rank = dp_rank
              through _c10d_functional all_to_all_single (autograd: the backward sends the gradient rows back).
              Expert parameters are left out of FSDP (ignored_params); their gradients are summed over the ranks
              owning the same experts and divided by dp.
+  cp > 1     torch's context_parallel (CUDA only, tp 1 and ep 1; Note [Context parallel needs CUDA]): each cp rank
+             holds 2 of the sequence's 2 x cp chunks (head-tail load balancing), input ids, positions and shifted
+             labels sharded alike; SDPA runs as ring attention (DTensor); the loss is each rank's token sum over the
+             global token count, the gradients summed over cp after backward.
   expert shard dim (the runner's --expert-shard-dim, default 0): with fsdp and ep 1, FSDP2 shards the 3-D expert
              weights ([experts, rows, columns]) on this dim (shard_placement_fn -> Shard(dim)), as torchtitan and
              NeMo do when there are more FSDP ranks than experts. A dim other than 0 makes FSDP2's all-gather
@@ -33,16 +37,18 @@ import torch.nn as nn
 class Layout:
     """Ranks and groups of one job, from the config's parallel section and the process group."""
 
-    def __init__(self, parallel, rank, world):
+    def __init__(self, parallel, rank, world, device="cpu"):
         self.tp, self.dp, self.ep, self.fsdp = parallel["tp"], parallel["dp"], parallel["ep"], parallel["fsdp"]
-        self.rank, self.world = rank, world
-        self.tp_rank, self.dp_rank = rank % self.tp, rank // self.tp
+        self.cp = parallel.get("cp", 1)
+        self.rank, self.world, self.device = rank, world, device
+        self.tp_rank, self.cp_rank, self.dp_rank = rank % self.tp, rank // self.tp % self.cp, rank // (self.tp * self.cp)
         self.ep_rank = self.dp_rank % self.ep
-        self.mesh = self.tp_group = self.dp_group = self.ep_group = self.edp_group = None
+        self.mesh = self.tp_group = self.dp_group = self.ep_group = self.edp_group = self.cp_group = None
 
     @property
     def name(self):
         parts = [f"tp{self.tp}"] if self.tp > 1 else []
+        parts += [f"cp{self.cp}"] if self.cp > 1 else []
         parts += [f"ep{self.ep}"] if self.ep > 1 else []
         parts += [f"dp{self.dp}"] if self.dp > 1 else []
         parts += ["fsdp"] if self.fsdp else []
@@ -51,9 +57,15 @@ class Layout:
     def build_groups(self):
         """Every rank creates every group in the same order (new_group is collective)."""
         from torch.distributed.device_mesh import init_device_mesh
-        self.mesh = init_device_mesh("cpu", (self.dp, self.tp), mesh_dim_names=("dp", "tp"))
+        if self.cp > 1:  # tp and ep are 1 here (check_layout)
+            self.mesh = init_device_mesh(self.device, (self.dp, self.cp, self.tp), mesh_dim_names=("dp", "cp", "tp"))
+            self.cp_group = self.mesh.get_group("cp")
+        else:
+            self.mesh = init_device_mesh(self.device, (self.dp, self.tp), mesh_dim_names=("dp", "tp"))
         self.tp_group = self.mesh.get_group("tp")
         self.dp_group = self.mesh.get_group("dp")
+        if self.ep == 1:
+            return
         for t in range(self.tp):
             for e in range(self.dp // self.ep):
                 ranks = [(e * self.ep + i) * self.tp + t for i in range(self.ep)]
@@ -67,15 +79,16 @@ class Layout:
                     self.edp_group = g
 
 
-def check_layout(config, world):
-    """The job's world size against the config (the C++ parser checked the degrees against the model)."""
+def check_layout(config, world, device="cpu"):
+    """The job's world size and device against the config (the C++ parser checked the degrees against the model)."""
     p = config["parallel"]
-    if p["tp"] * p["dp"] != world:
-        raise ValueError(f"{config['file']}: parallel: tp {p['tp']} x dp {p['dp']} = {p['tp'] * p['dp']} ranks, but "
-                         f"the job has {world} (torchrun --nproc-per-node); allowed: a world size equal to tp x dp")
-    if p["ep"] > 1 and p["tp"] > 1:
-        raise ValueError(f"{config['file']}: parallel: ep {p['ep']} with tp {p['tp']} is not supported by the "
-                         "torchrun runner; allowed: ep > 1 with tp 1 (expert parallel x FSDP2), or tp > 1 with ep 1")
+    cp = p.get("cp", 1)
+    if p["tp"] * cp * p["dp"] != world:
+        raise ValueError(f"{config['file']}: parallel: tp {p['tp']} x cp {cp} x dp {p['dp']} = "
+                         f"{p['tp'] * cp * p['dp']} ranks, but the job has {world} (torchrun --nproc-per-node); "
+                         "allowed: a world size equal to tp x cp x dp")
+    if cp > 1:
+        check_context_parallel(config, device)
     if config["train"]["compile"] and p["tp"] > 1 and config["activation_checkpoint"]["mode"] != "off":
         # Measured on torch 2.13 (CPU, Gloo) with torch's own checkpoint too, no hpac in the region: AOTAutograd's
         # save_from_forward fails on a checkpointed layer with DTensor TP ("expected all tensors_saved_with_vc_check
@@ -84,6 +97,71 @@ def check_layout(config, world):
                          f"supported on torch {torch.__version__}: torch.compile of a checkpointed DTensor-TP layer fails "
                          "inside AOTAutograd, with or without hpac; allowed: compile with tp 1 (dp, ep, fsdp), or "
                          "train.compile: false with tp")
+
+
+# Note [Context parallel needs CUDA]
+# torch's context_parallel (torch.distributed.tensor.experimental, 2.13) shards the sequence and turns
+# F.scaled_dot_product_attention into ring attention through DTensor handlers registered for the CUDA SDPA kernels
+# only: aten._scaled_dot_product_flash_attention, _efficient_attention and _cudnn_attention (and their backward).
+# On a CPU tensor SDPA dispatches aten._scaled_dot_product_flash_attention_for_cpu, for which DTensor has no
+# sharding strategy: the first attention of the forward raises NotImplementedError ("does not have a sharding
+# strategy registered"). test/python/dist/test_context_parallel.py runs torch's own context_parallel on two Gloo
+# ranks and asserts exactly that, so it turns red the day torch supports the CPU kernel. hpac writes no ring
+# attention of its own: on CPU a cp > 1 job is refused before the first step, on every rank.
+CP_CPU_REFUSAL = ("torch {torch}'s context_parallel has ring-attention handlers for the CUDA SDPA kernels only "
+                  "(flash, efficient, cudnn); on CPU, SDPA runs aten._scaled_dot_product_flash_attention_for_cpu, "
+                  "which DTensor cannot shard (NotImplementedError, Note [Context parallel needs CUDA])")
+
+
+def check_context_parallel(config, device):
+    """cp > 1: the runner's rules (tp 1, ep 1, no compile) and a CUDA device."""
+    p = config["parallel"]
+    where = f"{config['file']}: parallel.cp {p['cp']}"
+    if p["tp"] > 1 or p["ep"] > 1:
+        raise ValueError(f"{where} with tp {p['tp']} and ep {p['ep']} is not supported by the torchrun runner; "
+                         "allowed: cp > 1 with tp 1 and ep 1 (context parallel x data parallel, fsdp or not)")
+    if config["train"]["compile"]:
+        raise ValueError(f"{where} with train.compile: true is not supported (context_parallel patches "
+                         "F.scaled_dot_product_attention at run time); allowed: train.compile: false with cp")
+    if device != "cuda":
+        raise ValueError(f"{where} on device {device}: " + CP_CPU_REFUSAL.format(torch=torch.__version__)
+                         + "; allowed: cp 1 on CPU, or --device cuda on a machine with CUDA")
+
+
+def check_cp_attention(model, layout):
+    """cp > 1: the model's attention must be one torch's ring attention can split: SDPA (the patched
+    F.scaled_dot_product_attention), causal over the whole sequence (no sliding window)."""
+    if layout.cp == 1:
+        return
+    impl = model.config._attn_implementation
+    window = getattr(model.config, "use_sliding_window", False) and getattr(model.config, "sliding_window", None)
+    if impl != "sdpa" or window:
+        raise ValueError(f"parallel.cp {layout.cp}: the model's attention cannot be split over the sequence: "
+                         f"attn_implementation '{impl}'" + (f", sliding_window {window}" if window else "")
+                         + "; allowed: attn_implementation 'sdpa' with full causal attention (torch's "
+                         "context_parallel replaces F.scaled_dot_product_attention only)")
+
+
+def context_parallel_step(model, ids, layout):
+    """Forward and backward of one micro-batch under torch's context_parallel on the cp mesh dimension: the input
+    ids, positions and next-token labels sharded along the sequence (in place, torch's head-tail balancing); the
+    loss is this rank's token sum over the micro-batch's token count (the cp ranks' losses sum to the 1-rank loss,
+    transformers' mean of the shifted cross entropy). Returns this rank's part of the loss."""
+    from torch.distributed.tensor.experimental import context_parallel
+    b, s = ids.shape
+    ids = ids.clone()
+    labels = torch.full_like(ids, -100)
+    labels[:, :-1] = ids[:, 1:]
+    positions = torch.arange(s, device=ids.device).expand(b, s).contiguous()
+    count = (labels != -100).sum()
+    buffers = [ids, positions, labels]
+    with context_parallel(layout.mesh["cp"], buffers=buffers, buffer_seq_dims=[1, 1, 1],
+                          no_restore_buffers=set(buffers)):
+        logits = model(input_ids=ids, position_ids=positions).logits
+        loss = nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100,
+                                           reduction="sum") / count
+        loss.backward()
+    return loss.detach()
 
 
 def experts_in_fsdp(config):
@@ -291,21 +369,38 @@ def _expert(x, gate_up, down, act):
     return nn.functional.linear(act(gate) * up, down)
 
 
+def _tp_rows(tp, tp_rank, inter):
+    """This tp rank's slice of an expert's intermediate width."""
+    if inter % tp:
+        raise ValueError(f"moe_intermediate_size {inter} is not divisible by tp {tp}")
+    w = inter // tp
+    return slice(tp_rank * w, (tp_rank + 1) * w)
+
+
+def expert_slice(name, weight, experts, inter, tp=1, tp_rank=0):
+    """The part of an expert weight a rank holds: the experts in `experts` (a slice), each one's intermediate width
+    `inter` split over tp — its rows of gate and of up in gate_up_proj ([experts, 2 x inter, hidden], stored as
+    [gate rows; up rows]), its columns of down_proj ([experts, hidden, inter]). The oracle slices the 1-rank
+    gradients with it."""
+    rows = _tp_rows(tp, tp_rank, inter)
+    if name.endswith("gate_up_proj"):
+        return torch.cat([weight[experts, :inter][:, rows], weight[experts, inter:][:, rows]], dim=1)
+    return weight[experts, :, rows]
+
+
+def _expert_params(experts, owned, tp, tp_rank):
+    inter = experts.intermediate_dim
+    return [nn.Parameter(expert_slice(n, getattr(experts, n).data, owned, inter, tp, tp_rank).clone())
+            for n in ("gate_up_proj", "down_proj")]
+
+
 class TensorParallelExperts(nn.Module):
-    """Qwen3MoeExperts with each expert's intermediate width split over tp: this rank's rows of gate and up
-    (stored as [gate rows; up rows], the original layout), its columns of down; the outputs summed over tp.
-    Same parameter names as the original, so the 1-rank names still apply."""
+    """Qwen3MoeExperts with each expert's intermediate width split over tp (expert_slice); the outputs summed over
+    tp. Same parameter names as the original, so the 1-rank names still apply."""
 
     def __init__(self, experts, tp, tp_rank, group):
         super().__init__()
-        inter = experts.intermediate_dim
-        if inter % tp:
-            raise ValueError(f"moe_intermediate_size {inter} is not divisible by tp {tp}")
-        w = inter // tp
-        rows = slice(tp_rank * w, (tp_rank + 1) * w)
-        gate, up = experts.gate_up_proj.data[:, :inter], experts.gate_up_proj.data[:, inter:]
-        self.gate_up_proj = nn.Parameter(torch.cat([gate[:, rows], up[:, rows]], dim=1).clone())
-        self.down_proj = nn.Parameter(experts.down_proj.data[:, :, rows].clone())
+        self.gate_up_proj, self.down_proj = _expert_params(experts, slice(None), tp, tp_rank)
         self.num_experts, self.act_fn, self.group = experts.num_experts, experts.act_fn, group
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
@@ -322,18 +417,24 @@ class ExpertParallelExperts(nn.Module):
     """Qwen3MoeExperts with the experts split over the ep group: this rank holds experts
     [ep_rank * E/ep, (ep_rank + 1) * E/ep) (renumbered from 0, same parameter names). Token rows are sorted by
     expert, their counts exchanged (all_to_all_single), the rows sent to the owners and the results sent back
-    (all_to_all_single with autograd), as torchtitan's MoE does."""
+    (all_to_all_single with autograd), as torchtitan's MoE does.
 
-    def __init__(self, experts, ep, ep_rank, group):
+    With tp > 1 (TP x EP) each owned expert's intermediate width is split over tp as well (expert_slice): the ep
+    group is the ranks with the same tp rank, which hold the same tokens as their tp peers (attention's
+    RowwiseParallel output is replicated over tp), so each tp rank exchanges the same rows with its own ep group,
+    computes its part of the owned experts, and the partial outputs are summed over tp at the end (one functional
+    all-reduce, as TensorParallelExperts does)."""
+
+    def __init__(self, experts, ep, ep_rank, group, tp=1, tp_rank=0, tp_group=None):
         super().__init__()
         n = experts.num_experts
         if n % ep:
             raise ValueError(f"num_experts {n} is not divisible by ep {ep}")
         self.local = n // ep
         owned = slice(ep_rank * self.local, (ep_rank + 1) * self.local)
-        self.gate_up_proj = nn.Parameter(experts.gate_up_proj.data[owned].clone())
-        self.down_proj = nn.Parameter(experts.down_proj.data[owned].clone())
+        self.gate_up_proj, self.down_proj = _expert_params(experts, owned, tp, tp_rank)
         self.num_experts, self.ep, self.act_fn, self.group = n, ep, experts.act_fn, group
+        self.tp_group = tp_group if tp > 1 else None
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
         from torch.distributed._functional_collectives import all_to_all_single, wait_tensor
@@ -356,7 +457,8 @@ class ExpertParallelExperts(nn.Module):
         results = torch.empty_like(rows).index_copy(0, by_expert, torch.cat(outs))
         back = _all_to_all(results, send, recv, self.group)
         weights = top_k_weights.reshape(-1)[order, None]
-        return torch.zeros_like(hidden_states).index_add(0, token, back * weights)
+        out = torch.zeros_like(hidden_states).index_add(0, token, back * weights)
+        return out if self.tp_group is None else _ReduceFromTp.apply(out, self.tp_group)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -379,11 +481,13 @@ def parallelize(model, config, layout):
             _tp_attention(layer.self_attn, layout)
             tp_partial += [prefix + "self_attn.q_norm.weight", prefix + "self_attn.k_norm.weight"]
             moe = layer.mlp
-            moe.experts = TensorParallelExperts(moe.experts, layout.tp, layout.tp_rank, layout.tp_group)
+            if layout.ep == 1:
+                moe.experts = TensorParallelExperts(moe.experts, layout.tp, layout.tp_rank, layout.tp_group)
             moe.register_forward_pre_hook(lambda m, args: (_CopyToTp.apply(args[0], layout.tp_group),) + args[1:])
             tp_partial.append(prefix + "mlp.gate.weight")
         if layout.ep > 1:
-            layer.mlp.experts = ExpertParallelExperts(layer.mlp.experts, layout.ep, layout.ep_rank, layout.ep_group)
+            layer.mlp.experts = ExpertParallelExperts(layer.mlp.experts, layout.ep, layout.ep_rank, layout.ep_group,
+                                                      layout.tp, layout.tp_rank, layout.tp_group)
             expert_params += [prefix + "mlp.experts.gate_up_proj", prefix + "mlp.experts.down_proj"]
     return tp_partial, expert_params
 
@@ -437,6 +541,9 @@ def _local(t):
 def reduce_gradients(model, layout, tp_partial, expert_params):
     """The gradient reductions FSDP2 and DTensor do not do (after backward, outside every region)."""
     params = dict(model.named_parameters())
+    if layout.cp > 1:  # each cp rank's loss covers its part of the sequence
+        for p in params.values():
+            dist.all_reduce(_local(p.grad), group=layout.cp_group)
     for n in tp_partial:
         dist.all_reduce(_local(params[n].grad), group=layout.tp_group)
     if layout.dp > 1 and not layout.fsdp:

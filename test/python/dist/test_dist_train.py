@@ -10,16 +10,22 @@ import pytest
 
 from torchrun_harness import LAYOUTS, TOLERANCE, torchrun, write_config
 
-FUNCOL = {"tp2": "_c10d_functional::all_reduce", "ep2_dp2_fsdp": "_c10d_functional::all_to_all_single"}
+ALL_REDUCE, ALL_TO_ALL = "_c10d_functional::all_reduce", "_c10d_functional::all_to_all_single"
+FUNCOL = {"tp2": (ALL_REDUCE,), "ep2_dp2_fsdp": (ALL_TO_ALL,), "tp2_ep2_dp2_fsdp": (ALL_REDUCE, ALL_TO_ALL)}
+# TP x EP x FSDP2 needs 4 ranks (ep is carved out of dp): each ep rank owns 2 of the 4 experts, each split by width
+# over tp.
+FOUR_RANKS = {"tp2_ep2_dp2_fsdp": ("{tp: 2, dp: 2, ep: 2, fsdp: true}", 4)}
 
 
-@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("layout", sorted(LAYOUTS) + sorted(FOUR_RANKS))
 def test_layout_parity_and_counts(tmp_path, layout):
     out_json = tmp_path / "run.json"
-    rc, out, _ = torchrun("--config", write_config(tmp_path, layout, parallel=LAYOUTS[layout]), "--json", str(out_json))
+    parallel, nproc = FOUR_RANKS.get(layout, (LAYOUTS.get(layout), 2))
+    rc, out, _ = torchrun("--config", write_config(tmp_path, layout, parallel=parallel), "--json", str(out_json),
+                          nproc=nproc)
     assert rc == 0, out[-4000:]
     run = json.loads(out_json.read_text())
-    assert run["layout"] == layout and run["ranks"] == 2
+    assert run["layout"] == layout and run["ranks"] == nproc
     for rank in run["per_rank"]:
         modes = rank["modes"]
         assert sorted(modes) == ["full", "off", "selective"]
@@ -34,8 +40,7 @@ def test_layout_parity_and_counts(tmp_path, layout):
                 if mode == "off":
                     assert fwd == {} and rec == {}, (where, row["counts"])
                     continue
-                if layout in FUNCOL:
-                    op = FUNCOL[layout]
+                for op in FUNCOL.get(layout, ()):
                     wait = "_c10d_functional::wait_tensor"
                     if mode == "selective":
                         # Saved in the forward, served (issued 0 times) in the recompute.
