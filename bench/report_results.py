@@ -320,6 +320,40 @@ def dist_torchrun(r):
     return out
 
 
+def dist_drift(r):
+    """20 steps on 4 ranks with TP x EP x FSDP2 and every mode (bench/dist_torchrun.py --drift): per mode, the ranks'
+    peaks in step 1 and over the later steps, the bytes live after the steps, the largest differences."""
+    d = load(r, "dist_drift.json")
+    m, t = d["model"], d["train"]
+    steps = t["steps"]
+    out = [f"torch {d['torch']}, transformers {d['transformers']}; `{d['command']}`: Qwen3MoeForCausalLM "
+           f"{m['num_layers']} layers, hidden {m['hidden_size']}, {m['num_experts']} experts top-"
+           f"{m['num_experts_per_tok']}, seq {t['seq_len']}, micro-batch {t['micro_batch']} per dp rank, {steps} "
+           f"AdamW steps, modes interleaved step by step; {d['ranks']} Gloo ranks, {d['threads_per_rank']} thread "
+           f"each on {d['cores']} cores ({d['wall_s']:.0f} s). Per rank, peak tensor bytes above the step's start.", "",
+           "| mode | peak step 1, per rank | peak steps 2–%d, min–max over ranks and steps | tensor bytes live after "
+           "step 2 → step %d, every rank (the whole process: every mode's model and optimizer, the 1-rank run) | max \\|dloss\\| / \\|dgrad\\| vs 1 rank | vs off |" % (steps, steps),
+           "|---|---|---|---|---|---|"]
+    for mode in d["per_rank"][0]["modes"]:
+        per = [pr["modes"][mode] for pr in d["per_rank"]]
+        first = " / ".join(f"{rows[0]['peak_bytes'] / 2**20:.2f}" for rows in per)
+        later = [row["peak_bytes"] for rows in per for row in rows[1:]]
+        after = sorted({(rows[1]["bytes_after_step"], rows[-1]["bytes_after_step"]) for rows in per})
+        live = "; ".join(f"{a / 2**20:.2f} → {b / 2**20:.2f} MiB" for a, b in after)
+        dloss = max(row["dloss_1rank"] for rows in per for row in rows)
+        dgrad = max(row["dgrad_1rank"] for rows in per for row in rows)
+        off = max(max(row["dloss_off"], row["dgrad_off"]) for rows in per for row in rows)
+        out.append(f"| {mode} | {first} MiB | {min(later) / 2**20:.2f}–{max(later) / 2**20:.2f} MiB | {live} | "
+                   f"{dloss:.2g} / {dgrad:.2g} | {'bit for bit' if off == 0 else f'{off:.2g}'} |")
+    worst = max(range(steps), key=lambda i: max(pr["modes"]["off"][i]["dgrad_1rank"] for pr in d["per_rank"]))
+    out += ["", f"Off itself is {max(pr['modes']['off'][worst]['dgrad_1rank'] for pr in d['per_rank']):.2g} from the "
+                f"1-rank run's gradients at its worst step ({worst + 1}): the parallel run sums in another order "
+                f"(TP and EP all-reduces, FSDP2's reduce-scatter), and AdamW carries the difference on; the run checks "
+                f"the 1-rank run at {d['tolerance_1rank']:g} and every mode against off bit for bit. Budget's step 1 is "
+                f"its profile (every op recomputed, as full); from step 2 every rank replays rank 0's plan."]
+    return out
+
+
 def budget_frontier(r):
     """hpac's budget policy against off, full, the fixed selective policy and torch.compile's activation_memory_budget
     (bench/budget_frontier.py), per model: one row per method, then the issue's target read off the rows."""
@@ -443,7 +477,8 @@ def explain(r):
 SECTIONS = {
     "overhead": overhead, "step": step, "train_step": train_step, "peer": peer, "sac_peer": sac_peer,
     "sac_peer_reading": sac_peer_reading, "key_ratios": key_ratios, "scale": scale, "distributed": distributed,
-    "hf_scale": hf_scale, "dist_torchrun": dist_torchrun, "budget_frontier": budget_frontier, "explain": explain,
+    "hf_scale": hf_scale, "dist_torchrun": dist_torchrun, "dist_drift": dist_drift, "budget_frontier": budget_frontier,
+    "explain": explain,
     "compile_compare": compile_compare,
 }
 

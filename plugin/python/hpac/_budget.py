@@ -111,8 +111,9 @@ def budget(fraction: Optional[float] = None, *, bytes: Optional[int] = None, pro
         max_replans: how many op-sequence changes re-plan before the fixed selective policy is kept for good.
         plan: a file Budget.save_plan wrote (replayed without a profile; a region it does not match is an error).
         skip_dead: False keeps the recompute from skipping ops nothing backward needs (Note [Dead ops are skipped]):
-            for code that reads an op's output values inside the region without an aten op (numpy(), tolist() on
-            CPU tensors, data_ptr in an extension), which would see a skipped op's uninitialised output.
+            for code that reads a floating-point op's output values inside the region without an aten op (numpy(),
+            tolist() on CPU tensors, data_ptr in an extension), which would see a skipped op's uninitialised output.
+            Ops with integer or bool results (counts, indices, masks: the usual tolist() split sizes) always run.
     """
     return Budget(fraction, bytes=bytes, profile_invocations=profile_invocations, max_replans=max_replans, plan=plan,
                   skip_dead=skip_dead)

@@ -5,7 +5,10 @@ process) and with off on the same layout. Gloo over loopback, started by torchru
 
     torchrun --nproc-per-node 2 -m hpac.dist_train --config examples/distributed/dp2_fsdp.yaml [--steps N]
         [--modes off,full,selective] [--json out.json] [--expert-shard-dim 0|1|2] [--experts-regathered-in-recompute]
-        [--early-stop on|off] [--budget-plans DIR]
+        [--early-stop on|off] [--budget-plans DIR] [--device cpu|cuda]
+
+--device cuda runs every rank on a GPU (NCCL, or Gloo where ranks share one GPU); parallel.cp > 1 (torch's
+context_parallel) needs it (Note [Context parallel needs CUDA], hpac/distributed.py).
 
 mode budget (in --modes, or the YAML's activation_checkpoint.mode: budget, with its memory_budget): every rank
 profiles its layers in step 1, then replays rank 0's plan (hpac.distributed.share_budget_plans; Note [One budget
@@ -131,8 +134,7 @@ def main(argv=None):
     import hpac.hf_compare as hc
 
     memory = _Memory(args.device)
-    dist.init_process_group("gloo" if args.device == "cpu" else "cuda:nccl,cpu:gloo",
-                            timeout=datetime.timedelta(seconds=args.timeout_s))
+    dist.init_process_group(_backend(args.device), timeout=datetime.timedelta(seconds=args.timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
     path = args.config
     if args.rank_config is not None and args.rank_config[0] == rank:
@@ -329,6 +331,15 @@ def main(argv=None):
     return 0
 
 
+def _backend(device):
+    """Gloo on CPU; on cuda NCCL when every rank has a GPU of its own, else Gloo (it moves CUDA tensors through
+    host memory: several ranks can share one GPU, which NCCL refuses)."""
+    if device == "cpu":
+        return "gloo"
+    return "cuda:nccl,cpu:gloo" if torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", "1")) \
+        else "gloo"
+
+
 class _Memory:
     """Tensor bytes and step time on the run's device: hpac's tracking allocator on CPU (the whole process), the
     CUDA caching allocator's allocated bytes on cuda (time after a device synchronisation)."""
@@ -339,7 +350,7 @@ class _Memory:
         if self.cuda:
             if not torch.cuda.is_available():
                 raise SystemExit(f"hpac.dist_train: --device cuda, but torch {torch.__version__} sees no CUDA device")
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
         else:
             hpac.track_memory()
         self._hpac = hpac

@@ -41,7 +41,8 @@ class Layout:
         self.tp, self.dp, self.ep, self.fsdp = parallel["tp"], parallel["dp"], parallel["ep"], parallel["fsdp"]
         self.cp = parallel.get("cp", 1)
         self.rank, self.world, self.device = rank, world, device
-        self.tp_rank, self.cp_rank, self.dp_rank = rank % self.tp, rank // self.tp % self.cp, rank // (self.tp * self.cp)
+        self.tp_rank, self.cp_rank = rank % self.tp, rank // self.tp % self.cp
+        self.dp_rank = rank // (self.tp * self.cp)
         self.ep_rank = self.dp_rank % self.ep
         self.mesh = self.tp_group = self.dp_group = self.ep_group = self.edp_group = self.cp_group = None
 

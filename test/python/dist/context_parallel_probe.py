@@ -21,9 +21,11 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = parser.parse_args()
-    if args.device == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group("gloo" if args.device == "cpu" else "nccl", timeout=datetime.timedelta(seconds=60))
+    backend = "gloo"
+    if args.device == "cuda":  # NCCL with a GPU per rank; Gloo lets ranks share one GPU
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+        backend = "nccl" if torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", "1")) else "gloo"
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.experimental import context_parallel
@@ -35,7 +37,8 @@ def main():
     expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     cq, ck, cv = (t.clone() for t in (q, k, v))  # sharded in place: not leaves that require grad yet
     try:
-        with context_parallel(mesh, buffers=[cq, ck, cv], buffer_seq_dims=[2, 2, 2], no_restore_buffers={cq, ck, cv}):
+        with context_parallel(mesh, buffers=[cq, ck, cv], buffer_seq_dims=[2, 2, 2],
+                              no_restore_buffers={cq, ck, cv}):
             for t in (cq, ck, cv):
                 t.requires_grad_()
             out = F.scaled_dot_product_attention(cq, ck, cv, is_causal=True)
@@ -45,7 +48,8 @@ def main():
         verdict, status = f"ran, |dout| {diff:.3g} vs the unsharded attention", 0
     except Exception as e:  # the record is the exception torch raised
         verdict, status = f"{type(e).__name__}: {str(e).splitlines()[0]}", 1
-    print(f"[rank {rank}] context_parallel on {args.device} (torch {torch.__version__}): {verdict}", flush=True)
+    print(f"[rank {rank}] context_parallel on {args.device} (torch {torch.__version__}, {backend}): {verdict}",
+          flush=True)
     dist.barrier()
     dist.destroy_process_group()
     return status

@@ -32,8 +32,9 @@ def _check_budget_run(run, nproc):
     return own
 
 
-@pytest.mark.parametrize("nproc,parallel", [(2, "{dp: 2, fsdp: true}"), (2, "{tp: 2}"), (2, "{dp: 2, ep: 2, fsdp: true}"),
-                                           (4, "{tp: 2, dp: 2, fsdp: true}"), (4, "{tp: 2, dp: 2, ep: 2, fsdp: true}")])
+@pytest.mark.parametrize("nproc,parallel", [(2, "{dp: 2, fsdp: true}"), (2, "{tp: 2}"),
+                                           (2, "{dp: 2, ep: 2, fsdp: true}"), (4, "{tp: 2, dp: 2, fsdp: true}"),
+                                           (4, "{tp: 2, dp: 2, ep: 2, fsdp: true}")])
 def test_every_rank_replays_rank0s_plan(tmp_path, nproc, parallel):
     out_json = tmp_path / "run.json"
     rc, out, _ = torchrun("--config", _budget_config(tmp_path, parallel), "--modes", "off,budget", "--steps", "3",
