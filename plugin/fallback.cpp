@@ -13,15 +13,40 @@
 #include "replay/invocation.h"
 #include "replay/region.h"
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/macros/Macros.h>
 
 #include <chrono>
+#include <optional>
 
 namespace hpac {
 namespace {
 
 thread_local uint64_t tls_fallback_entries = 0;
+
+// Note [Profiles wait for the device]
+// An accelerator's op returns once its kernel is queued, so a host clock
+// around it measures the launch. While an op is timed (a budget profile,
+// explain's recorder) the stream of the device its first tensor argument lives
+// on is synchronised before and after it: the time is the kernel's, the
+// device otherwise runs ahead as usual. CPU ops need nothing.
+std::optional<c10::Device> acceleratorOf(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const size_t num_args = op.schema().arguments().size();
+  for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor() && v.toTensor().defined() && !v.toTensor().is_cpu() && !v.toTensor().is_meta()) {
+      return v.toTensor().device();
+    }
+  }
+  return std::nullopt;
+}
+
+void waitForDevice(const std::optional<c10::Device>& device) {
+  if (!device) return;
+  const auto* impl = c10::impl::getDeviceGuardImpl(device->type());
+  impl->synchronizeStream(impl->getStream(*device));
+}
 
 // Note [Redispatch below hpac]
 // Two things must hold when an op continues below hpac's key:
@@ -101,8 +126,11 @@ void hpacFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
   // A budget profile or explain's recorder: the op is timed and reported (Invocation::timing()).
   if (C10_UNLIKELY(invocation.timing())) {
     invocation.observeArguments(op, *stack);
+    const std::optional<c10::Device> device = acceleratorOf(op, *stack);
+    waitForDevice(device);
     const auto start = std::chrono::steady_clock::now();
     handle(invocation, admission, op, ks, stack);
+    waitForDevice(device);
     const auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
     invocation.observe(admission, op, *stack, nanos.count());
   } else {

@@ -118,7 +118,8 @@ class BudgetRegionHandle : public torch::CustomClassHolder {
   // plan_text given: the region replays that plan (Note [Plan files]); fraction and bytes must then be None.
   BudgetRegionHandle(c10::optional<double> fraction, c10::optional<int64_t> bytes, int64_t profile_invocations,
                      int64_t max_replans, bool skip_dead, c10::optional<std::string> plan_text,
-                     const std::string& plan_source) {
+                     const std::string& plan_source, const std::string& cost) {
+    const BudgetCost parsed_cost = parseBudgetCost(cost);
     if (plan_text) {
       TORCH_CHECK(!fraction && !bytes, "hpac budget: a plan carries its budget; give either a plan or a fraction / "
                   "bytes, not both");
@@ -129,10 +130,30 @@ class BudgetRegionHandle : public torch::CustomClassHolder {
                                      bytes ? std::optional<int64_t>(*bytes) : std::nullopt, profile_invocations,
                                      max_replans);
     spec.skip_dead = skip_dead;
+    spec.cost = parsed_cost;
     region_ = std::make_shared<BudgetRegion>(spec);
   }
 
   std::string planText() const { return region_->planText(); }
+
+  // The last complete profile, per op (Note [Estimated op costs]): name, occurrence, the µs the plan weighs it
+  // by, the roofline estimate, flops, bytes moved.
+  std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<double>, std::vector<double>,
+             std::vector<double>, std::vector<int64_t>>
+  profile() const {
+    std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<double>, std::vector<double>,
+               std::vector<double>, std::vector<int64_t>>
+        out;
+    for (const ProfiledOp& p : region_->status().profile) {
+      std::get<0>(out).push_back(p.op);
+      std::get<1>(out).push_back(p.occurrence);
+      std::get<2>(out).push_back(p.micros);
+      std::get<3>(out).push_back(p.estimated_micros);
+      std::get<4>(out).push_back(p.flops);
+      std::get<5>(out).push_back(p.bytes_moved);
+    }
+    return out;
+  }
   std::string planSource() const { return region_->planSource(); }
 
   // A new checkpoint call of this region.
@@ -290,8 +311,9 @@ void registerHpacOps(torch::Library& m) {
 
   m.class_<BudgetRegionHandle>("BudgetRegion")
       .def(torch::init<c10::optional<double>, c10::optional<int64_t>, int64_t, int64_t, bool,
-                       c10::optional<std::string>, std::string>())
+                       c10::optional<std::string>, std::string, std::string>())
       .def("invocation", &BudgetRegionHandle::invocation)
+      .def("profile", &BudgetRegionHandle::profile)
       .def("stage", &BudgetRegionHandle::stage)
       .def("status", &BudgetRegionHandle::status)
       .def("micros", &BudgetRegionHandle::micros)

@@ -21,6 +21,17 @@ const char* toString(BudgetRegion::Stage stage) {
   return "?";
 }
 
+const char* toString(BudgetCost cost) {
+  return cost == BudgetCost::kEstimated ? "estimated" : "measured";
+}
+
+BudgetCost parseBudgetCost(const std::string& text) {
+  if (text == "measured") return BudgetCost::kMeasured;
+  if (text == "estimated") return BudgetCost::kEstimated;
+  TORCH_CHECK(false, "hpac budget: cost '", text, "' is not allowed; allowed: measured (the profiled kernel times), "
+              "estimated (flops and bytes on the device's roofline)");
+}
+
 namespace {
 
 void checkBudgetValues(bool has_fraction, double fraction, bool has_bytes, int64_t bytes, int64_t profile_invocations,
@@ -222,7 +233,8 @@ void BudgetRegion::finishProfile(std::vector<ProfiledOp> profile, std::optional<
     std::vector<double> samples;
     for (const auto& m : profiled_micros_) samples.push_back(m[i]);
     std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-    profile_[i].micros = samples[samples.size() / 2];
+    profile_[i].micros = spec_.cost == BudgetCost::kEstimated ? profile_[i].estimated_micros
+                                                              : samples[samples.size() / 2];
   }
   profiled_micros_.clear();
   // Note [What off keeps]: the fraction's 1.0 is what autograd saved of the region's outputs; without a

@@ -31,6 +31,15 @@
 
 namespace hpac {
 
+// What the plan weighs each op's recompute by (Note [Estimated op costs],
+// replay/op_cost.h): the measured kernel time (median over the profiles,
+// synchronised on accelerators), or the estimate from its flops and bytes on
+// the device's roofline (the same in every run).
+enum class BudgetCost { kMeasured, kEstimated };
+const char* toString(BudgetCost cost);
+// "measured" | "estimated"; throws c10::Error naming the value and what is allowed.
+BudgetCost parseBudgetCost(const std::string& text);
+
 struct BudgetSpec {
   // Exactly one of the two: a fraction in [0, 1] of what the region keeps
   // with checkpointing off (Note [What off keeps] in policy/budget_plan.h; 0 is
@@ -44,6 +53,7 @@ struct BudgetSpec {
   // tolist on CPU tensors) from an op's output inside the region: a skipped
   // op's outputs are uninitialised.
   bool skip_dead = true;
+  BudgetCost cost = BudgetCost::kMeasured;
 };
 
 // Checks a spec; throws c10::Error naming the value and what is allowed.

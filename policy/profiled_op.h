@@ -19,6 +19,11 @@ struct ProfiledOp {
   const void* id = nullptr;  // the op's identity in this process (policy/op_tables.h OpId)
   int64_t occurrence = 0;  // of this op within the forward
   double micros = 0;       // measured kernel time
+  // Note [Estimated op costs] (replay/op_cost.h): what it computes and moves,
+  // and the time the device's roofline gives for that.
+  double flops = 0;
+  int64_t bytes_moved = 0;
+  double estimated_micros = 0;
   // (storage id, bytes) of each tensor output; ids are any integers equal for
   // equal storages within one profile.
   std::vector<std::pair<int64_t, int64_t>> storages;

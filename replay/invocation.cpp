@@ -3,6 +3,7 @@
 #include "replay/collective_work.h"
 #include "replay/dispatch_key.h"
 #include "replay/explain.h"
+#include "replay/for_each_tensor.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/empty.h>
@@ -50,17 +51,6 @@ c10::IValue mapTensors(const c10::IValue& v, Fn&& fn) {
     return out;
   }
   return v;
-}
-
-template <typename Fn>
-void forEachTensor(const c10::IValue& v, Fn&& fn) {
-  if (v.isTensor()) {
-    fn(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList()) fn(t);
-  } else if (v.isList()) {
-    for (const c10::IValue& e : v.toList()) forEachTensor(e, fn);
-  }
 }
 
 // Which arguments the op writes (annotated, or Note [In-place collectives]).
@@ -416,6 +406,22 @@ void Invocation::profileOp(const Admission& admission, const c10::OperatorHandle
       if (t.defined() && t.has_storage()) profile.writes.push_back(profile_ids_.of(t));
     });
   }
+  // Note [Estimated op costs]: on the roofline of the device its first tensor return lives on (CPU without one).
+  const OpWork work = returnWork(op, stack, pending_work_);
+  pending_work_ = OpWork();
+  profile.flops = work.flops;
+  profile.bytes_moved = work.bytes;
+  c10::Device device(c10::kCPU);
+  bool found = false;
+  for (size_t j = stack.size() - num_returns; j < stack.size() && !found; ++j) {
+    forEachTensor(stack[j], [&](const at::Tensor& t) {
+      if (!found && t.defined()) device = t.device(), found = true;
+    });
+  }
+  // A view runs no kernel: nothing to estimate.
+  if (!profile.view && !device.is_meta()) {
+    profile.estimated_micros = estimatedMicros(work.flops, work.bytes, deviceRoofline(device));
+  }
   profile.skippable = skippable(op, stack);
   profile.collective = name.name.rfind("c10d::", 0) == 0 || name.name.rfind("_c10d_functional::", 0) == 0;
   flushProfiled();
@@ -445,7 +451,8 @@ void Invocation::flushProfiled() {
 void Invocation::observeArguments(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   if (phase_ != Phase::kForward) return;
   const size_t num_args = op.schema().arguments().size();
-  if (profiling_) {  // Note [Dead ops are skipped]: the op's reads
+  if (profiling_) {  // Note [Dead ops are skipped]: the op's reads; Note [Estimated op costs]: its work
+    pending_work_ = argumentWork(op, stack);
     pending_reads_.clear();
     for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
       forEachTensor(stack[i], [&](const at::Tensor& t) {

@@ -16,6 +16,7 @@
 
 #include "policy/checkpoint_policy.h"
 #include "policy/op_tables.h"
+#include "replay/op_cost.h"
 #include "replay/outer_hooks.h"
 #include "replay/phase.h"
 #include "replay/recompute_rules.h"
@@ -254,6 +255,7 @@ class Invocation {
   bool may_skip_ = false;  // this forward's policy may mark ops to skip (Policy::maySkipInRecompute)
   StorageIds profile_ids_;  // Note [Profile storage ids]
   std::vector<int64_t> pending_reads_;  // profile: storage ids of the running op's tensor arguments
+  OpWork pending_work_;                 // profile: the running op's flops and argument bytes
   std::unique_ptr<ProfiledOp> last_profiled_;  // profile: handed to the policy when the next counted op arrives
   std::optional<c10::OperatorHandle> last_profiled_op_;
   void flushProfiled();

@@ -1,22 +1,12 @@
 #include "replay/state_writes.h"
 
 #include "replay/collective_work.h"
+#include "replay/for_each_tensor.h"
 
 #include <sstream>
 
 namespace hpac {
 namespace {
-
-template <typename Fn>
-void forEachTensorIn(const c10::IValue& v, Fn&& fn) {
-  if (v.isTensor()) {
-    fn(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList()) fn(t);
-  } else if (v.isList()) {
-    for (const c10::IValue& e : v.toList()) forEachTensorIn(e, fn);
-  }
-}
 
 bool writes(const c10::Argument& a) { return a.alias_info() != nullptr && a.alias_info()->isWrite(); }
 
@@ -46,7 +36,7 @@ void StateWrites::noteProduced(const c10::FunctionSchema& schema, bool returns_a
   if (stack.size() < n) return;
   for (size_t j = 0; j < n; ++j) {
     if (returns[j].alias_info() != nullptr) continue;  // an in-place / out= result is its argument
-    forEachTensorIn(stack[stack.size() - n + j], [&](const at::Tensor& t) {
+    forEachTensor(stack[stack.size() - n + j], [&](const at::Tensor& t) {
       if (t.defined() && t.has_storage()) produced_.insert(t.storage().unsafeGetStorageImpl());
     });
   }
@@ -66,7 +56,7 @@ bool StateWrites::checkWrite(const c10::OperatorHandle& op, int64_t occurrence, 
   for (size_t i = 0; i < args.size(); ++i) {
     if (!(writes(args[i]) || (collective && i == 0) || (batch_norm && (i == 3 || i == 4)))) continue;
     bool outside = false;
-    forEachTensorIn(stack[begin + i], [&](const at::Tensor& t) {
+    forEachTensor(stack[begin + i], [&](const at::Tensor& t) {
       if (!t.defined() || !t.has_storage() || produced_.count(t.storage().unsafeGetStorageImpl())) return;
       if (!outside && w.what.empty()) w.what = describe(t);
       outside = true;

@@ -159,6 +159,39 @@ def test_integer_results_python_reads_back_are_never_skipped():
     assert b.status()["stage"] == "planned" and hpac.global_stats()["skipped"] > 0  # the sums, for one
 
 
+def test_estimated_costs_count_what_an_op_computes_and_moves():
+    """Note [Estimated op costs], counted by hand on _chain(): mm [16, 32] x [32, 64] is 2·16·32·64 flops and moves
+    its arguments and result (16·32 + 32·64 + 16·64 floats); relu moves 2 x 16·64 floats and computes nothing the
+    model counts. The estimate is the roofline's: more flops or bytes, more time."""
+    x, w1, w2, fn = _chain()
+    b = hpac.budget(0.5, cost="estimated")
+    hpac.checkpoint(fn, x, policy=b).backward()
+    ops = {(p["op"], p["occurrence"]): p for p in b.profile()}
+    mm, relu = ops[("aten::mm", 0)], ops[("aten::relu", 0)]
+    assert mm["flops"] == 2 * 16 * 32 * 64 and mm["bytes_moved"] == 4 * (16 * 32 + 32 * 64 + 16 * 64)
+    assert relu["flops"] == 0 and relu["bytes_moved"] == 4 * 2 * 16 * 64
+    assert ops[("aten::mm", 1)]["flops"] == 2 * 16 * 64 * 64 > mm["flops"]
+    assert ops[("aten::mm", 1)]["estimated_micros"] > mm["estimated_micros"] > 0
+    # The plan weighs each op by its estimate.
+    assert all(p["micros"] == p["estimated_micros"] for p in b.profile())
+
+
+def test_estimated_cost_makes_the_same_plan_in_every_run():
+    """Three fresh regions at one budget: with cost='estimated' the plans are the same text (the estimate does not
+    depend on the timings), and training through it matches no checkpointing bit for bit."""
+    model = _model()
+    x0 = torch.randn(2, 8, 32)
+    ref = _step(model, x0, lambda i, block, h: block(h))
+    texts = []
+    for run in range(3):
+        budgets = [hpac.budget(0.5, cost="estimated") for _ in model]
+        for _ in range(2):
+            got = _step(model, x0, lambda i, block, h: hpac.checkpoint(block, h, policy=budgets[i]))
+            assert_same(got, ref)
+        texts.append([b._region.plan_text() for b in budgets])
+    assert texts[0] == texts[1] == texts[2]
+
+
 def test_status_before_the_first_call_and_a_budget_in_bytes():
     b = hpac.budget(bytes=0)
     assert b.stage == "profiling"
@@ -230,6 +263,10 @@ def test_moe_routing_that_changes_the_ops_reprofiles_then_falls_back_with_one_wa
     ((0.5,), {"max_replans": -1}, RuntimeError, "max_replans -1 is negative"),
     (("0.5",), {}, TypeError, "hpac.budget: fraction '0.5' is a str; allowed: a number in [0, 1]"),
     ((), {"bytes": 1.5}, TypeError, "hpac.budget: bytes 1.5 is a float; allowed: an int"),
+    ((0.5,), {"cost": "fast"}, RuntimeError, "hpac budget: cost 'fast' is not allowed; allowed: measured (the "
+                                             "profiled kernel times), estimated"),
+    ((0.5,), {"cost": None}, TypeError, "hpac.budget: cost None is a NoneType; allowed: 'measured' or 'estimated'"),
+    ((0.5,), {"profile_invocations": 0}, RuntimeError, "profile_invocations 0 is not allowed; allowed: >= 1"),
 ])
 def test_bad_budgets_name_the_value_and_what_is_allowed(args, kwargs, error, message):
     with pytest.raises(error) as e:

@@ -57,6 +57,25 @@ TEST(TrainerBudgetConfig, AFractionOrBytesWithAUnit) {
   EXPECT_NE(effectiveSummary(layers).find("activation_checkpoint.memory_budget=0.5"), std::string::npos);
 }
 
+// activation_checkpoint.cost (Note [Estimated op costs]): measured by default, estimated on request; either reaches
+// the regions' spec; a value other than the two, or a cost without a budget layer, is refused with its position.
+TEST(TrainerBudgetConfig, CostIsMeasuredOrEstimated) {
+  EXPECT_EQ(parseOk(budgetYaml("0.3")).activation_checkpoint.cost, "measured");
+  const TrainConfig e = parseOk(budgetYaml("0.3") + "  cost: estimated\n");
+  EXPECT_EQ(e.activation_checkpoint.cost, "estimated");
+  EXPECT_NE(effectiveSummary(e).find("activation_checkpoint.cost=estimated"), std::string::npos);
+  EXPECT_EQ(budgetSpec(*e.activation_checkpoint.memory_budget, e.activation_checkpoint.cost).cost,
+            BudgetCost::kEstimated);
+  std::string err = parseError(budgetYaml("0.3") + "  cost: fast\n");
+  EXPECT_NE(err.find("b.yaml:4:9: activation_checkpoint.cost: 'fast' is not allowed; allowed: measured, estimated"),
+            std::string::npos)
+      << err;
+  err = parseError("activation_checkpoint:\n  mode: selective\n  cost: estimated\n");
+  EXPECT_NE(err.find("activation_checkpoint.cost: 'estimated' is set but no layer uses mode budget"),
+            std::string::npos)
+      << err;
+}
+
 TEST(TrainerBudgetConfig, BadBudgetsNamePositionValueAndWhatIsAllowed) {
   const std::string allowed = "allowed: a fraction in [0, 1] of what the region keeps with checkpointing off (0.3), "
                               "or bytes per region with a unit: B, KiB, MiB or GiB (64MiB)";

@@ -255,7 +255,7 @@ class ConfigParser {
 
   absl::Status parseCheckpoint(const YAML::Node& node, const ModelSpec& model, ActivationCheckpointSpec& ac) {
     if (auto s = r_.checkMap(node, "activation_checkpoint",
-                             {"mode", "memory_budget", "layers", "routing", "state_writes"});
+                             {"mode", "memory_budget", "layers", "routing", "state_writes", "cost"});
         !s.ok()) {
       return s;
     }
@@ -279,6 +279,9 @@ class ConfigParser {
       ac.memory_budget = *std::move(budget);
       ac.memory_budget->where = r_.where(b);
     }
+    if (node["cost"]) {
+      HPAC_ASSIGN_OR_RETURN(ac.cost, r_.oneOf(node["cost"], "activation_checkpoint.cost", {"measured", "estimated"}));
+    }
     if (node["layers"]) {
       if (auto s = parseLayers(node["layers"], model, ac); !s.ok()) return s;
     }
@@ -294,6 +297,12 @@ class ConfigParser {
                       absl::StrCat("'", ac.memory_budget->text, "' is set but no layer uses mode budget (mode is '",
                                    toString(ac.mode), "'); allowed only with activation_checkpoint.mode: budget or a "
                                    "budget entry in activation_checkpoint.layers"));
+    }
+    if (node["cost"] && !ac.usesBudget()) {
+      return r_.error(node["cost"], "activation_checkpoint.cost",
+                      absl::StrCat("'", ac.cost, "' is set but no layer uses mode budget (mode is '", toString(ac.mode),
+                                   "'); allowed only with activation_checkpoint.mode: budget or a budget entry in "
+                                   "activation_checkpoint.layers"));
     }
     return absl::OkStatus();
   }
@@ -442,6 +451,7 @@ std::string effectiveSummary(const TrainConfig& c) {
   if (const auto& b = c.activation_checkpoint.memory_budget) {
     absl::StrAppend(&out, "\nactivation_checkpoint.memory_budget=",
                     b->bytes >= 0 ? absl::StrCat(b->bytes, "B") : absl::StrCat(b->fraction));
+    absl::StrAppend(&out, "\nactivation_checkpoint.cost=", c.activation_checkpoint.cost);
   }
   for (const LayerRange& r : c.activation_checkpoint.layers) {
     absl::StrAppend(&out, "\nactivation_checkpoint.layers.", r.first, "-", r.last, "=", toString(r.mode));

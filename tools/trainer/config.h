@@ -24,6 +24,8 @@
 //                                # region keeps under off, or bytes per region with a
 //                                # unit: 64MiB, 512KiB, 2GiB, 4096B (a plain number is
 //                                # always a fraction)
+//     cost: measured             # with budget only: measured | estimated, what the plan
+//                                # weighs a recompute by (Note [Estimated op costs])
 //     layers:                    # optional per-layer plan over the language tower
 //       0: off
 //       "2-3": full              # inclusive range
@@ -108,6 +110,8 @@ struct ActivationCheckpointSpec {
   std::vector<LayerRange> layers;  // sorted by first, non-overlapping
   // Set exactly when some layer's mode is budget (the parser checks both ways).
   std::optional<MemoryBudget> memory_budget;
+  // With budget only: "measured" (profiled kernel times) or "estimated" (flops and bytes on the device's roofline).
+  std::string cost = "measured";
   // What the recompute does about routing ops and writes to outside tensors (replay/recompute_rules.h).
   RoutingRule routing = RoutingRule::kVerify;
   StateWriteRule state_writes = StateWriteRule::kWarn;

@@ -72,7 +72,7 @@ std::string configJson(const TrainConfig& c) {
     absl::StrAppend(&out, i ? ", " : "", "{\"first\": ", r.first, ", \"last\": ", r.last, ", \"mode\": ",
                     quote(toString(r.mode)), ", \"where\": ", quote(r.where), "}");
   }
-  absl::StrAppend(&out, "], \"memory_budget\": ");
+  absl::StrAppend(&out, "], \"cost\": ", quote(ac.cost), ", \"memory_budget\": ");
   if (ac.memory_budget) {
     const MemoryBudget& b = *ac.memory_budget;
     absl::StrAppend(&out, "{\"fraction\": ", b.fraction >= 0 ? number(b.fraction) : std::string("null"),

@@ -62,9 +62,11 @@ void logToStderr(LogLevel level, const std::string& message) {
   std::cerr << "[hpac-train] " << (level == LogLevel::kWarning ? "warning: " : "") << message << "\n";
 }
 
-BudgetSpec budgetSpec(const MemoryBudget& budget) {
-  return makeBudgetSpec(budget.fraction >= 0 ? std::optional<double>(budget.fraction) : std::nullopt,
-                        budget.bytes >= 0 ? std::optional<int64_t>(budget.bytes) : std::nullopt);
+BudgetSpec budgetSpec(const MemoryBudget& budget, const std::string& cost) {
+  BudgetSpec spec = makeBudgetSpec(budget.fraction >= 0 ? std::optional<double>(budget.fraction) : std::nullopt,
+                                   budget.bytes >= 0 ? std::optional<int64_t>(budget.bytes) : std::nullopt);
+  spec.cost = parseBudgetCost(cost);  // the parser allowed only measured | estimated
+  return spec;
 }
 
 absl::StatusOr<Preparation> prepareModel(ZooModel& model, const TrainConfig& config, const ModelRegistry& registry,
@@ -196,7 +198,7 @@ absl::StatusOr<Preparation> prepareModel(ZooModel& model, const TrainConfig& con
     if (policy_mode && !prep.kv_sharing) {
       s.layer = p.mode;
       // One region per layer: each layer profiles and plans its own forward (MoE routing differs per layer).
-      if (p.mode == CheckpointMode::kBudget) s.budget = std::make_shared<BudgetRegion>(budgetSpec(*ac.memory_budget));
+      if (p.mode == CheckpointMode::kBudget) s.budget = std::make_shared<BudgetRegion>(budgetSpec(*ac.memory_budget, ac.cost));
     } else if (policy_mode) {
       if (!warned_degrade) {
         logger.warn(absl::StrCat(toString(p.mode), " with KV sharing degrades to submodule checkpointing (full) of "

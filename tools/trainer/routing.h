@@ -72,8 +72,9 @@ struct Preparation {
   std::vector<std::string> warnings;
 };
 
-// The budget policy's spec for activation_checkpoint.memory_budget (each budget layer gets its own BudgetRegion).
-BudgetSpec budgetSpec(const MemoryBudget& budget);
+// The budget policy's spec for activation_checkpoint.memory_budget and .cost (each budget layer gets its own
+// BudgetRegion).
+BudgetSpec budgetSpec(const MemoryBudget& budget, const std::string& cost = "measured");
 
 absl::StatusOr<Preparation> prepareModel(ZooModel& model, const TrainConfig& config, const ModelRegistry& registry,
                                          const LogFn& log = logToStderr);

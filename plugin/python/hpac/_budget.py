@@ -2,7 +2,7 @@
 import itertools
 import os
 import weakref
-from typing import Dict, Optional, Union
+from typing import Dict, List, Optional, Union
 
 import torch
 
@@ -21,18 +21,22 @@ class Budget:
     profiles, so it cannot decide a region that torch.compile traces (docs/python.md, "Under torch.compile").
     """
 
-    __slots__ = ("_region", "fraction", "bytes", "plan", "_number", "__weakref__")
+    __slots__ = ("_region", "fraction", "bytes", "plan", "cost", "_number", "__weakref__")
     _numbers = itertools.count(1)
     _live: "weakref.WeakValueDictionary[int, Budget]" = weakref.WeakValueDictionary()
 
     def __init__(self, fraction: Optional[float] = None, *, bytes: Optional[int] = None, profile_invocations: int = 1,
-                 max_replans: int = 2, plan: Optional[Union[str, os.PathLike]] = None, skip_dead: bool = True):
+                 max_replans: int = 2, plan: Optional[Union[str, os.PathLike]] = None, skip_dead: bool = True,
+                 cost: str = "measured"):
         for name, value, kind in (("fraction", fraction, (int, float)), ("bytes", bytes, int),
                                   ("profile_invocations", profile_invocations, int),
                                   ("max_replans", max_replans, int)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
                 raise TypeError(f"hpac.budget: {name} {value!r} is a {type(value).__name__}; allowed: "
                                 f"{'a number in [0, 1]' if name == 'fraction' else 'an int'}")
+        if not isinstance(cost, str):
+            raise TypeError(f"hpac.budget: cost {cost!r} is a {type(cost).__name__}; allowed: 'measured' or "
+                            "'estimated'")
         self.fraction = None if fraction is None else float(fraction)
         self.bytes = bytes
         self.plan = None if plan is None else os.fspath(plan)
@@ -46,7 +50,8 @@ class Budget:
         # Checked in C++ (policy/budget_policy.h makeBudgetSpec, BudgetRegion::fromPlanText): exactly one of
         # fraction / bytes, ranges; a plan's syntax and ops.
         self._region = torch.classes.hpac.BudgetRegion(self.fraction, bytes, profile_invocations, max_replans,
-                                                       bool(skip_dead), text, self.plan or "")
+                                                       bool(skip_dead), text, self.plan or "", cost)
+        self.cost = cost
         # A number that context_fn's partial can hold as a constant (Note [context_fn under torch.compile]).
         self._number = next(Budget._numbers)
         Budget._live[self._number] = self
@@ -90,6 +95,14 @@ class Budget:
         d["saved_micros"], d["total_micros"], d["skipped_micros"] = self._region.micros()
         return d
 
+    def profile(self) -> List[Dict[str, Union[int, float, str]]]:
+        """The last complete profile, one dict per counted op of the forward: 'op', 'occurrence', 'micros' (what
+        the plan weighs its recompute by: the median measured time, or the estimate under cost='estimated'),
+        'estimated_micros', 'flops' and 'bytes_moved' (Note [Estimated op costs], replay/op_cost.h). Empty before
+        the first profile finished."""
+        keys = ("op", "occurrence", "micros", "estimated_micros", "flops", "bytes_moved")
+        return [dict(zip(keys, row)) for row in zip(*self._region.profile())]
+
     def __repr__(self):
         what = (f"plan={self.plan!r}" if self.plan is not None else
                 f"fraction={self.fraction}" if self.fraction is not None else f"bytes={self.bytes}")
@@ -97,7 +110,8 @@ class Budget:
 
 
 def budget(fraction: Optional[float] = None, *, bytes: Optional[int] = None, profile_invocations: int = 1,
-           max_replans: int = 2, plan: Optional[Union[str, os.PathLike]] = None, skip_dead: bool = True) -> Budget:
+           max_replans: int = 2, plan: Optional[Union[str, os.PathLike]] = None, skip_dead: bool = True,
+           cost: str = "measured") -> Budget:
     """A memory-budget policy, one per region.
 
     Use it as `policy=` of hpac.checkpoint / hpac.context_fn / hpac.Invocation, or `mode=` of
@@ -114,6 +128,10 @@ def budget(fraction: Optional[float] = None, *, bytes: Optional[int] = None, pro
             for code that reads a floating-point op's output values inside the region without an aten op (numpy(),
             tolist() on CPU tensors, data_ptr in an extension), which would see a skipped op's uninitialised output.
             Ops with integer or bool results (counts, indices, masks: the usual tolist() split sizes) always run.
+        cost: what the plan weighs each op's recompute by (Note [Estimated op costs], replay/op_cost.h): "measured",
+            the profiled kernel time (the median over profile_invocations forwards; synchronised with the device on
+            accelerators), or "estimated", from the op's flops and bytes on the device's roofline (measured once per
+            process), the same in every run on the same shapes.
     """
     return Budget(fraction, bytes=bytes, profile_invocations=profile_invocations, max_replans=max_replans, plan=plan,
-                  skip_dead=skip_dead)
+                  skip_dead=skip_dead, cost=cost)

@@ -331,11 +331,12 @@ def _mode_of(ac, index):
     return ac["mode"]
 
 
-def _budget_of(memory_budget):
-    """A new region for activation_checkpoint.memory_budget (validated by the C++ parser: a fraction or bytes)."""
+def _budget_of(memory_budget, cost="measured"):
+    """A new region for activation_checkpoint.memory_budget and .cost (validated by the C++ parser: a fraction or
+    bytes; measured or estimated)."""
     if memory_budget["bytes"] is not None:
-        return hpac.budget(bytes=memory_budget["bytes"])
-    return hpac.budget(memory_budget["fraction"])
+        return hpac.budget(bytes=memory_budget["bytes"], cost=cost)
+    return hpac.budget(memory_budget["fraction"], cost=cost)
 
 
 def _all_off(ac):
@@ -481,7 +482,7 @@ def prepare(model, config, registry=None, log=log_to_stderr, record_ops=False, c
         if p.mode in ("selective", "budget") and not prep.kv_sharing:
             p.layer = p.mode
             if p.mode == "budget":  # one region per layer, as the C++ trainer
-                p.budget = _budget_of(ac["memory_budget"])
+                p.budget = _budget_of(ac["memory_budget"], ac.get("cost", "measured"))
             _wrap(p.module, p._context_fn(p.budget or "selective"))
         elif p.mode in ("selective", "budget"):
             if not warned_degrade:

@@ -1,0 +1,149 @@
+#include "replay/op_cost.h"
+
+#include "replay/dispatch_key.h"
+#include "replay/for_each_tensor.h"
+
+#include <ATen/ops/full.h>
+#include <ATen/ops/mm.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace hpac {
+namespace {
+
+int64_t bytesOf(const c10::IValue& v) {
+  int64_t bytes = 0;
+  forEachTensor(v, [&](const at::Tensor& t) {
+    if (t.defined()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  });
+  return bytes;
+}
+
+// Sizes of argument i of `args` (the op's arguments), empty when it is no tensor.
+c10::IntArrayRef sizesOf(const torch::jit::Stack& stack, size_t first, size_t i) {
+  const c10::IValue& v = stack[first + i];
+  return v.isTensor() && v.toTensor().defined() ? v.toTensor().sizes() : c10::IntArrayRef();
+}
+
+double product(c10::IntArrayRef s, size_t begin, size_t end) {
+  double p = 1;
+  for (size_t i = begin; i < end && i < s.size(); ++i) p *= static_cast<double>(s[i]);
+  return p;
+}
+
+// 2·M·N·K of a @ b for a [..., M, K] and b [..., K, N] (batch dims of a counted).
+double matmulFlops(c10::IntArrayRef a, c10::IntArrayRef b) {
+  if (a.empty() || b.empty()) return 0;
+  const double k = static_cast<double>(a.back());
+  const double n = b.size() >= 2 ? static_cast<double>(b.back()) : 1.0;
+  return 2.0 * product(a, 0, a.size() - 1) * k * n;
+}
+
+double flopsOf(const std::string& name, const torch::jit::Stack& stack, size_t first, size_t num_args) {
+  auto arg = [&](size_t i) { return i < num_args ? sizesOf(stack, first, i) : c10::IntArrayRef(); };
+  if (name == "aten::mm" || name == "aten::bmm" || name == "aten::matmul") return matmulFlops(arg(0), arg(1));
+  if (name == "aten::addmm" || name == "aten::baddbmm" || name == "aten::addbmm") return matmulFlops(arg(1), arg(2));
+  if (name == "aten::linear") {  // weight [N, K]
+    const c10::IntArrayRef x = arg(0), w = arg(1);
+    return x.empty() || w.size() != 2 ? 0 : 2.0 * product(x, 0, x.size()) * static_cast<double>(w[0]);
+  }
+  if (name == "aten::_grouped_mm") {  // each row of a [M, K] meets one group's [K, N] of b [G, K, N]
+    const c10::IntArrayRef a = arg(0), b = arg(1);
+    return a.size() == 2 && !b.empty() ? 2.0 * product(a, 0, 2) * static_cast<double>(b.back()) : 0;
+  }
+  if (name.rfind("aten::_scaled_dot_product_", 0) == 0 && name.find("backward") == std::string::npos) {
+    const c10::IntArrayRef q = arg(0), k = arg(1);  // [B, H, L, D]
+    return q.size() == 4 && k.size() == 4 ? 4.0 * product(q, 0, 4) * static_cast<double>(k[2]) : 0;
+  }
+  return 0;
+}
+
+// Per output element of a convolution: 2·Cin/groups·kernel (weight [Cout, Cin/groups, k...]).
+bool isConvolution(const std::string& name) {
+  return name == "aten::convolution" || name == "aten::_convolution" || name.rfind("aten::conv", 0) == 0;
+}
+
+void synchronize(c10::Device device) {
+  if (device.is_cpu()) return;
+  const auto* impl = c10::impl::getDeviceGuardImpl(device.type());
+  impl->synchronizeStream(impl->getStream(device));
+}
+
+double bestMicros(c10::Device device, const std::function<void()>& work) {
+  double best = 1e300;
+  for (int i = 0; i < 4; ++i) {  // the first is a warm-up
+    synchronize(device);
+    const auto start = std::chrono::steady_clock::now();
+    work();
+    synchronize(device);
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    if (i > 0) best = std::min(best, us);
+  }
+  return std::max(best, 1e-3);
+}
+
+Roofline measure(c10::Device device) {
+  // Not a region's ops: hpac's key is excluded. at::full, not randn: the generator's state stays the user's.
+  c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
+  const int64_t n = device.is_cpu() ? 256 : 4096;
+  const auto options = at::TensorOptions().device(device).dtype(at::kFloat);
+  const at::Tensor a = at::full({n, n}, 0.5, options), b = at::full({n, n}, 0.25, options);
+  Roofline r;
+  r.flops_per_us = 2.0 * static_cast<double>(n * n * n) / bestMicros(device, [&] { (void)at::mm(a, b); });
+  const int64_t elements = 8 << 20;  // 32 MiB of float32
+  at::Tensor src = at::full({elements}, 1.0, options), dst = at::full({elements}, 0.0, options);
+  r.bytes_per_us = 2.0 * 4.0 * static_cast<double>(elements) / bestMicros(device, [&] { dst.copy_(src); });
+  return r;
+}
+
+}  // namespace
+
+OpWork argumentWork(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const size_t num_args = op.schema().arguments().size();
+  const size_t first = stack.size() - num_args;
+  OpWork w;
+  for (size_t i = first; i < stack.size(); ++i) w.bytes += bytesOf(stack[i]);
+  const std::string& name = op.schema().name();
+  w.flops = flopsOf(name, stack, first, num_args);
+  if (isConvolution(name) && num_args >= 2) {
+    const c10::IntArrayRef weight = sizesOf(stack, first, 1);
+    w.flops_per_output = weight.size() >= 3 ? 2.0 * product(weight, 1, weight.size()) : 0;
+  }
+  return w;
+}
+
+OpWork returnWork(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const OpWork& arguments) {
+  const size_t num_returns = op.schema().returns().size();
+  OpWork w;
+  w.flops = arguments.flops;
+  w.bytes = arguments.bytes;
+  for (size_t j = stack.size() - num_returns; j < stack.size(); ++j) {
+    w.bytes += bytesOf(stack[j]);
+    if (arguments.flops_per_output > 0 && stack[j].isTensor()) {
+      w.flops += arguments.flops_per_output * static_cast<double>(stack[j].toTensor().numel());
+    }
+  }
+  return w;
+}
+
+const Roofline& deviceRoofline(c10::Device device) {
+  static std::mutex mutex;
+  static std::map<c10::DeviceType, Roofline> rooflines;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = rooflines.find(device.type());
+  if (it == rooflines.end()) it = rooflines.emplace(device.type(), measure(device)).first;
+  return it->second;
+}
+
+double estimatedMicros(double flops, int64_t bytes, const Roofline& roofline) {
+  return std::max(flops / roofline.flops_per_us, static_cast<double>(bytes) / roofline.bytes_per_us);
+}
+
+}  // namespace hpac

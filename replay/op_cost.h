@@ -1,0 +1,53 @@
+// hpac/replay/op_cost.h
+//
+// Note [Estimated op costs]
+// A profile timed with a host clock around each op measures, on an
+// accelerator, the kernel's launch, not the kernel: CUDA ops return before
+// they run. Besides the measured time (synchronised on accelerators, Note
+// [Profiles wait for the device] in plugin/fallback.cpp) each profiled op gets
+// an estimate from what it computes and moves, on the device's roofline:
+//   flops  2·M·N·K for the matmul family (mm, addmm, bmm, baddbmm, addbmm,
+//          matmul, linear, _grouped_mm), 4·B·H·Lq·Lk·D for the attention
+//          kernels (two matmuls), 2·N·Cout·Cin/groups·kernel·output for
+//          convolutions; 0 for every other op (memory bound);
+//   bytes  the tensor arguments' and returns' bytes;
+//   time   max(flops / peak flop rate, bytes / memory bandwidth), both
+//          measured once per device type in the process (a float32 matmul and
+//          a copy of 32 MiB, hpac's key excluded, so no region sees them).
+// The estimate is deterministic: plans made from it (BudgetSpec::cost,
+// `cost: estimated`) are the same in every run on the same shapes.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+
+namespace hpac {
+
+struct OpWork {
+  double flops = 0;
+  int64_t bytes = 0;            // of the tensor arguments, and after the op of its returns too
+  double flops_per_output = 0;  // convolutions: counted per output element once it exists
+};
+
+// Before the op runs (its arguments on top of the stack): its flops and the
+// bytes of its tensor arguments.
+OpWork argumentWork(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+// After it ran (its returns on top of the stack): `arguments` plus the returns'
+// bytes (and a convolution's flops).
+OpWork returnWork(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const OpWork& arguments);
+
+struct Roofline {
+  double flops_per_us = 0;  // peak of a float32 matmul
+  double bytes_per_us = 0;  // read + write of a copy
+};
+
+// The device type's roofline, measured on first use (thread-safe; a few tens
+// of milliseconds once per device type and process).
+const Roofline& deviceRoofline(c10::Device device);
+
+double estimatedMicros(double flops, int64_t bytes, const Roofline& roofline);
+
+}  // namespace hpac
