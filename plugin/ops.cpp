@@ -7,6 +7,7 @@
 #include "replay/dispatch_key.h"
 #include "replay/explain.h"
 #include "replay/invocation.h"
+#include "replay/op_cost.h"
 #include "replay/region.h"
 #include "replay/tracking_allocator.h"
 
@@ -281,6 +282,11 @@ void registerHpacOps(torch::Library& m) {
   });
   m.def("global_stats() -> Dict(str, int)", [] { return toDict(globalStats()); });
   m.def("reset_global_stats() -> ()", [] { resetGlobalStats(); });
+  // Note [Estimated op costs]: the roofline a device type's estimates use (measured on first use, or pinned).
+  m.def("roofline(str device) -> float[]", [](const std::string& device) {
+    const Roofline& r = deviceRoofline(c10::Device(device));
+    return std::vector<double>{r.flops_per_us, r.bytes_per_us};
+  });
   // Tensor-memory accounting for CPU tensors (the tracking allocator wraps the
   // current CPU allocator once; tensors allocated before are not counted).
   m.def("track_memory() -> ()", [] { TrackingAllocator::install(); });

@@ -9,11 +9,15 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <chrono>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace hpac {
 namespace {
@@ -76,30 +80,53 @@ void synchronize(c10::Device device) {
   impl->synchronizeStream(impl->getStream(device));
 }
 
-double bestMicros(c10::Device device, const std::function<void()>& work) {
-  double best = 1e300;
-  for (int i = 0; i < 4; ++i) {  // the first is a warm-up
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+double medianMicros(c10::Device device, const std::function<void()>& work) {
+  std::vector<double> times;
+  for (int i = 0; i < 10; ++i) {  // the first is a warm-up
     synchronize(device);
     const auto start = std::chrono::steady_clock::now();
     work();
     synchronize(device);
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-    if (i > 0) best = std::min(best, us);
+    if (i > 0) times.push_back(us);
   }
-  return std::max(best, 1e-3);
+  return std::max(median(std::move(times)), 1e-3);
+}
+
+// HPAC_ROOFLINE="<flops per µs>:<bytes per µs>" pins every device's roofline (identical estimates, so identical
+// plans, in every process); unset, each process measures its own.
+std::optional<Roofline> pinnedRoofline() {
+  const char* text = std::getenv("HPAC_ROOFLINE");
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  Roofline r;
+  char* end = nullptr;
+  r.flops_per_us = std::strtod(text, &end);
+  const bool colon = end != nullptr && *end == ':';
+  if (colon) r.bytes_per_us = std::strtod(end + 1, &end);
+  TORCH_CHECK(colon && end != nullptr && *end == '\0' && r.flops_per_us > 0 && r.bytes_per_us > 0 &&
+                  std::isfinite(r.flops_per_us) && std::isfinite(r.bytes_per_us),
+              "hpac: HPAC_ROOFLINE '", text, "' is not allowed; allowed: <flops per µs>:<bytes per µs>, two positive "
+              "numbers (e.g. 100000:20000)");
+  return r;
 }
 
 Roofline measure(c10::Device device) {
+  if (auto pinned = pinnedRoofline()) return *pinned;
   // Not a region's ops: hpac's key is excluded. at::full, not randn: the generator's state stays the user's.
   c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
   const int64_t n = device.is_cpu() ? 256 : 4096;
   const auto options = at::TensorOptions().device(device).dtype(at::kFloat);
   const at::Tensor a = at::full({n, n}, 0.5, options), b = at::full({n, n}, 0.25, options);
   Roofline r;
-  r.flops_per_us = 2.0 * static_cast<double>(n * n * n) / bestMicros(device, [&] { (void)at::mm(a, b); });
+  r.flops_per_us = 2.0 * static_cast<double>(n * n * n) / medianMicros(device, [&] { (void)at::mm(a, b); });
   const int64_t elements = 8 << 20;  // 32 MiB of float32
   at::Tensor src = at::full({elements}, 1.0, options), dst = at::full({elements}, 0.0, options);
-  r.bytes_per_us = 2.0 * 4.0 * static_cast<double>(elements) / bestMicros(device, [&] { dst.copy_(src); });
+  r.bytes_per_us = 2.0 * 4.0 * static_cast<double>(elements) / medianMicros(device, [&] { dst.copy_(src); });
   return r;
 }
 

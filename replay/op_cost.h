@@ -12,10 +12,16 @@
 //          convolutions; 0 for every other op (memory bound);
 //   bytes  the tensor arguments' and returns' bytes;
 //   time   max(flops / peak flop rate, bytes / memory bandwidth), both
-//          measured once per device type in the process (a float32 matmul and
-//          a copy of 32 MiB, hpac's key excluded, so no region sees them).
-// The estimate is deterministic: plans made from it (BudgetSpec::cost,
-// `cost: estimated`) are the same in every run on the same shapes.
+//          measured once per device type in the process (the median of 9 runs
+//          of a float32 matmul and of a copy of 32 MiB, hpac's key excluded,
+//          so no region sees them), or pinned for every device by
+//          HPAC_ROOFLINE="<flops per µs>:<bytes per µs>".
+// Plans made from the estimate (BudgetSpec::cost, `cost: estimated`) depend
+// on no op's timing, only on the two rates: the same in every call of a
+// process, and in every process with HPAC_ROOFLINE pinned. Unpinned, two
+// processes measure slightly different rates (a busy core) and a plan can
+// differ where ops are close (bench/plan_stability.py measures it; rounding
+// the rates to powers of two was tried and flips a whole factor of two).
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>

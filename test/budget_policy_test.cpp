@@ -14,6 +14,9 @@
 #include <torch/library.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
 #include <thread>
 
 namespace hpac {
@@ -405,6 +408,71 @@ TEST(BudgetPolicy, BadSpecsNameTheValueAndWhatIsAllowed) {
   EXPECT_NE(made(std::nullopt, std::nullopt).find("(got neither)"), std::string::npos);
   EXPECT_EQ(made(0.0, std::nullopt), "(no error)");
   EXPECT_EQ(made(std::nullopt, 0), "(no error)");
+}
+
+// Note [Plans from the median profile], the stability rule: three fresh runs at one budget give the same plan, or
+// plans whose recompute times differ by less than 2 %, read with the ops' true kernel times. Timing noise is
+// injected into the profiles: each profiled time is the true one times a log-normal factor (sigma 0.1), and one
+// sample in ten is 3x slower (a core taken by another process). A synthetic region of 48 ops, 1 to 64 KiB each, with
+// times from 2 to 200 us; budget 0.5; 40 triples of fresh runs per setting.
+double recomputeMicros(const BudgetPlan& plan, const std::vector<double>& truth) {
+  double t = 0;
+  for (size_t i = 0; i < truth.size(); ++i) t += plan.save[i] ? 0.0 : truth[i];
+  return t;
+}
+
+struct StabilityRun {
+  int64_t triples = 0, broken = 0;
+  double worst = 0;  // the largest relative spread of a triple's recompute times where the plans differ
+};
+
+StabilityRun stability(int64_t profile_invocations, double sigma, double busy_share) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int64_t> kib(1, 64);
+  std::uniform_real_distribution<double> log_micros(std::log(2.0), std::log(200.0));
+  std::lognormal_distribution<double> noise(0.0, sigma);
+  std::bernoulli_distribution busy(busy_share);
+  std::vector<ProfiledOp> ops(48);
+  std::vector<double> truth;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ops[i].op = "aten::op";
+    ops[i].occurrence = static_cast<int64_t>(i);
+    ops[i].storages = {{static_cast<int64_t>(i), kib(rng) * 1024}};
+    truth.push_back(std::exp(log_micros(rng)));
+  }
+  StabilityRun r;
+  for (int triple = 0; triple < 40; ++triple) {
+    std::vector<BudgetPlan> plans;
+    for (int run = 0; run < 3; ++run) {
+      BudgetRegion region(BudgetSpec{0.5, -1, profile_invocations});
+      for (int64_t k = 0; k < profile_invocations; ++k) {
+        std::vector<ProfiledOp> profile = ops;
+        for (size_t i = 0; i < profile.size(); ++i) profile[i].micros = truth[i] * noise(rng) * (busy(rng) ? 3 : 1);
+        region.finishProfile(std::move(profile), std::nullopt, true);
+      }
+      EXPECT_EQ(region.status().stage, BudgetRegion::Stage::kPlanned);
+      plans.push_back(region.status().plan);
+    }
+    const bool same = plans[0].save == plans[1].save && plans[1].save == plans[2].save;
+    double lo = 1e300, hi = 0;
+    for (const BudgetPlan& plan : plans) {
+      lo = std::min(lo, recomputeMicros(plan, truth));
+      hi = std::max(hi, recomputeMicros(plan, truth));
+    }
+    ++r.triples;
+    r.broken += !same && (hi - lo) / lo >= 0.02;
+    r.worst = std::max(r.worst, same ? 0.0 : (hi - lo) / lo);
+  }
+  std::printf("profile_invocations %lld, sigma %.2f, busy %.1f: %lld of %lld triples break the rule (worst %.2f %%)\n",
+              static_cast<long long>(profile_invocations), sigma, busy_share, static_cast<long long>(r.broken),
+              static_cast<long long>(r.triples), 100 * r.worst);
+  return r;
+}
+
+TEST(BudgetPolicy, PlansFromNineProfilesMeetTheStabilityRuleUnderTimingNoise) {
+  EXPECT_EQ(stability(9, 0.1, 0.1).broken, 0) << "the median of 9 profiles must outvote the slow samples";
+  // One timed forward decides alone: the rule breaks in most triples (what the median is for).
+  EXPECT_GE(stability(1, 0.1, 0.1).broken, 20);
 }
 
 }  // namespace

@@ -176,6 +176,41 @@ def test_estimated_costs_count_what_an_op_computes_and_moves():
     assert all(p["micros"] == p["estimated_micros"] for p in b.profile())
 
 
+_PINNED = """
+import torch, hpac
+x = torch.randn(16, 32, requires_grad=True)
+w = torch.randn(32, 64, requires_grad=True)
+b = hpac.budget(0.5, cost="estimated")
+hpac.checkpoint(lambda t: torch.relu(t @ w).sum(), x, policy=b).backward()
+print({p["op"]: p["estimated_micros"] for p in b.profile()})
+"""
+
+
+@pytest.mark.parametrize("roofline, expected", [
+    # mm: max(65536 flops / 1000, 4 * (512 + 2048 + 1024) bytes / 100); relu: 2 * 4096 bytes / 100.
+    ("1000:100", {"aten::mm": 143.36, "aten::relu": 81.92}),
+    # compute bound at 10 flops per µs
+    ("10:100000", {"aten::mm": 6553.6, "aten::relu": 0.08192}),
+    ("1000", "hpac: HPAC_ROOFLINE '1000' is not allowed; allowed: <flops per µs>:<bytes per µs>"),
+    ("0:5", "hpac: HPAC_ROOFLINE '0:5' is not allowed"),
+])
+def test_a_pinned_roofline_gives_the_estimate_by_hand(roofline, expected):
+    """Note [Estimated op costs]: HPAC_ROOFLINE pins the rates (in a fresh process: the roofline is measured once per
+    process); bad values name themselves and the form."""
+    import os
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-c", _PINNED], capture_output=True, text=True,
+                       env=dict(os.environ, HPAC_ROOFLINE=roofline))
+    if isinstance(expected, str):
+        assert p.returncode != 0 and expected in p.stderr, p.stderr[-2000:]
+        return
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = eval(p.stdout.strip().splitlines()[-1])
+    for op, micros in expected.items():
+        assert got[op] == pytest.approx(micros, rel=1e-9), (op, got)
+
+
 def test_estimated_cost_makes_the_same_plan_in_every_run():
     """Three fresh regions at one budget: with cost='estimated' the plans are the same text (the estimate does not
     depend on the timings), and training through it matches no checkpointing bit for bit."""

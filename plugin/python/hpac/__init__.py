@@ -17,7 +17,7 @@ arrive as RuntimeError with hpac's message.
 One job per private module: _loader (the library and its process-wide ops), _budget, _regions (Invocation,
 context_fn), _compile (torch.compile), _frame (hpac.checkpoint), _explain, _wrap (checkpoint_wrapper).
 """
-from ._budget import Budget, budget
+from ._budget import Budget, budget, roofline
 from ._explain import EXPLAIN_MODES, Explanation, explain
 from ._frame import checkpoint, checkpoint_with
 from ._loader import (_major_minor, _ops_present, built_for_torch, dispatch_key, fallback_status, global_stats, load,
@@ -29,7 +29,7 @@ __all__ = [
     "__version__", "load", "built_for_torch", "version", "dispatch_key", "fallback_status", "global_stats",
     "reset_global_stats", "Invocation", "Budget", "budget", "context_fn", "checkpoint", "checkpoint_with",
     "checkpoint_wrapper", "unwrap_checkpoint", "track_memory", "memory_stats", "reset_peak_memory", "explain",
-    "Explanation", "EXPLAIN_MODES",
+    "Explanation", "EXPLAIN_MODES", "roofline",
 ]
 
 load()

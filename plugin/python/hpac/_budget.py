@@ -135,3 +135,14 @@ def budget(fraction: Optional[float] = None, *, bytes: Optional[int] = None, pro
     """
     return Budget(fraction, bytes=bytes, profile_invocations=profile_invocations, max_replans=max_replans, plan=plan,
                   skip_dead=skip_dead, cost=cost)
+
+
+def roofline(device: str = "cpu") -> Dict[str, float]:
+    """The roofline the estimated costs of ops on `device` use (Note [Estimated op costs], replay/op_cost.h):
+    {'flops_per_us', 'bytes_per_us'}, measured once per device type and process, or pinned by HPAC_ROOFLINE.
+
+    Args:
+        device: a device string ("cpu", "cuda", "cuda:0").
+    """
+    flops, bytes_ = torch.ops.hpac.roofline(device)
+    return {"flops_per_us": flops, "bytes_per_us": bytes_}

@@ -109,7 +109,11 @@ class Run:
 
 
 def _log(rank, msg):
-    print(f"[rank {rank}] {msg}", flush=True)
+    """One line, written with its newline in one write: the ranks share torchrun's stdout, and under
+    PYTHONUNBUFFERED print()'s separate write of the newline let another rank's line land in between (seen: two
+    ranks' error lines joined into one)."""
+    sys.stdout.write(f"[rank {rank}] {msg}\n")
+    sys.stdout.flush()
 
 
 def _die_hook(rank, step_holder, die_step):
