@@ -375,6 +375,22 @@ def cost_estimate(r):
     return out
 
 
+def plan_stability(r):
+    """Three fresh processes per setting, their plans compared (bench/plan_stability.py)."""
+    d = load(r, "plan_stability.json")
+    out = [f"torch {d['torch']}, {d['threads'] or 'default'} threads on {d['cpus']} CPUs (1-minute load average "
+           f"{d['load_average_at_end']:.1f} at the end), GLIBC_TUNABLES={d['glibc_tunables'] or '(unset)'}; "
+           f"`{d['config']}`, budget {d['budget']}, every layer its own region; estimated-pinned: HPAC_ROOFLINE "
+           f"{d['pinned_roofline']} (flops and bytes per µs, what the parent process measured).", "",
+           "| cost | profiles | layers whose plan is the same in every run | predicted recompute µs per run (sum over "
+           "the layers) | spread | same plan or < 2 % |", "|---|---:|---:|---|---:|---|"]
+    for s in d["settings"]:
+        runs = " / ".join(f"{p:.0f}" for p in s["predicted_recompute_micros"])
+        out.append(f"| {s['cost']} | {s['profiles']} | {s['layers_with_one_plan']} of {s['layers']} | {runs} | "
+                   f"{100 * s['spread']:.1f} % | {'yes' if s['rule_met'] else 'no'} |")
+    return out
+
+
 def budget_frontier(r):
     """hpac's budget policy against off, full, the fixed selective policy and torch.compile's activation_memory_budget
     (bench/budget_frontier.py), per model: one row per method, then the issue's target read off the rows."""
@@ -499,7 +515,7 @@ SECTIONS = {
     "overhead": overhead, "step": step, "train_step": train_step, "peer": peer, "sac_peer": sac_peer,
     "sac_peer_reading": sac_peer_reading, "key_ratios": key_ratios, "scale": scale, "distributed": distributed,
     "hf_scale": hf_scale, "dist_torchrun": dist_torchrun, "dist_drift": dist_drift, "budget_frontier": budget_frontier,
-    "cost_estimate": cost_estimate,
+    "cost_estimate": cost_estimate, "plan_stability": plan_stability,
     "explain": explain,
     "compile_compare": compile_compare,
 }

@@ -200,8 +200,10 @@ def test_a_pinned_roofline_gives_the_estimate_by_hand(roofline, expected):
     import os
     import subprocess
     import sys
+    package = os.path.dirname(os.path.dirname(os.path.abspath(hpac.__file__)))  # the hpac this test imported
+    path = os.pathsep.join([package] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
     p = subprocess.run([sys.executable, "-c", _PINNED], capture_output=True, text=True,
-                       env=dict(os.environ, HPAC_ROOFLINE=roofline))
+                       env=dict(os.environ, HPAC_ROOFLINE=roofline, PYTHONPATH=path))
     if isinstance(expected, str):
         assert p.returncode != 0 and expected in p.stderr, p.stderr[-2000:]
         return
