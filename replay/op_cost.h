@@ -52,6 +52,14 @@ struct Roofline {
 
 // The device type's roofline, measured on first use (thread-safe; a few tens
 // of milliseconds once per device type and process).
+//
+// Note [The roofline is measured outside regions]
+// The calibration allocates (two 32 MiB buffers and two matrices): inside a
+// checkpointed forward that would add to the very peak the budget plans
+// against, once per process. The front ends ask for the roofline when a budget
+// region is made (hpac.budget: the CPU's, and CUDA's where torch has it; the
+// trainer's budgetSpec: the CPU's), so a profile finds it measured; a device
+// first met inside a region is still measured there.
 const Roofline& deviceRoofline(c10::Device device);
 
 double estimatedMicros(double flops, int64_t bytes, const Roofline& roofline);

@@ -176,6 +176,18 @@ def test_estimated_costs_count_what_an_op_computes_and_moves():
     assert all(p["micros"] == p["estimated_micros"] for p in b.profile())
 
 
+def _fresh_python(code, **env):
+    """Runs `code` in a new Python process (the roofline is measured once per process) with the hpac this test
+    imported; returns the CompletedProcess."""
+    import os
+    import subprocess
+    import sys
+    package = os.path.dirname(os.path.dirname(os.path.abspath(hpac.__file__)))
+    path = os.pathsep.join([package] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=path, **env))
+
+
 _PINNED = """
 import torch, hpac
 x = torch.randn(16, 32, requires_grad=True)
@@ -197,13 +209,7 @@ print({p["op"]: p["estimated_micros"] for p in b.profile()})
 def test_a_pinned_roofline_gives_the_estimate_by_hand(roofline, expected):
     """Note [Estimated op costs]: HPAC_ROOFLINE pins the rates (in a fresh process: the roofline is measured once per
     process); bad values name themselves and the form."""
-    import os
-    import subprocess
-    import sys
-    package = os.path.dirname(os.path.dirname(os.path.abspath(hpac.__file__)))  # the hpac this test imported
-    path = os.pathsep.join([package] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
-    p = subprocess.run([sys.executable, "-c", _PINNED], capture_output=True, text=True,
-                       env=dict(os.environ, HPAC_ROOFLINE=roofline, PYTHONPATH=path))
+    p = _fresh_python(_PINNED, HPAC_ROOFLINE=roofline)
     if isinstance(expected, str):
         assert p.returncode != 0 and expected in p.stderr, p.stderr[-2000:]
         return
@@ -211,6 +217,28 @@ def test_a_pinned_roofline_gives_the_estimate_by_hand(roofline, expected):
     got = eval(p.stdout.strip().splitlines()[-1])
     for op, micros in expected.items():
         assert got[op] == pytest.approx(micros, rel=1e-9), (op, got)
+
+
+_PROFILE_PEAK = """
+import torch, hpac
+hpac.track_memory()
+x = torch.randn(16, 32, requires_grad=True)
+w = torch.randn(32, 64, requires_grad=True)
+b = hpac.budget(0.5)
+hpac.reset_peak_memory()
+start = hpac.memory_stats()["current_bytes"]
+hpac.checkpoint(lambda t: torch.relu(t @ w).sum(), x, policy=b).backward()
+print(hpac.memory_stats()["peak_bytes"] - start)
+"""
+
+
+def test_the_roofline_is_measured_before_the_first_profile():
+    """Note [The roofline is measured outside regions]: in a fresh process, the first profiled step of a small region
+    allocates what the region allocates (a few KiB), not the calibration's buffers (2 x 32 MiB)."""
+    p = _fresh_python(_PROFILE_PEAK)
+    assert p.returncode == 0, p.stderr[-2000:]
+    peak = int(p.stdout.strip().splitlines()[-1])
+    assert 0 < peak < 1 << 20, peak
 
 
 def test_estimated_cost_makes_the_same_plan_in_every_run():

@@ -2,6 +2,8 @@
 
 #include "tools/trainer/yaml_reader.h"  // joinNames
 
+#include "replay/op_cost.h"
+
 #include "absl/strings/str_cat.h"
 
 #include <iostream>
@@ -66,6 +68,7 @@ BudgetSpec budgetSpec(const MemoryBudget& budget, const std::string& cost) {
   BudgetSpec spec = makeBudgetSpec(budget.fraction >= 0 ? std::optional<double>(budget.fraction) : std::nullopt,
                                    budget.bytes >= 0 ? std::optional<int64_t>(budget.bytes) : std::nullopt);
   spec.cost = parseBudgetCost(cost);  // the parser allowed only measured | estimated
+  (void)deviceRoofline(c10::Device(c10::kCPU));  // Note [The roofline is measured outside regions]
   return spec;
 }
 

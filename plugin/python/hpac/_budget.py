@@ -52,6 +52,10 @@ class Budget:
         self._region = torch.classes.hpac.BudgetRegion(self.fraction, bytes, profile_invocations, max_replans,
                                                        bool(skip_dead), text, self.plan or "", cost)
         self.cost = cost
+        if text is None:  # Note [The roofline is measured outside regions]
+            roofline("cpu")
+            if torch.cuda.is_available():
+                roofline("cuda")
         # A number that context_fn's partial can hold as a constant (Note [context_fn under torch.compile]).
         self._number = next(Budget._numbers)
         Budget._live[self._number] = self
