@@ -11,9 +11,9 @@
 
 #include "replay/dispatch_key.h"
 #include "replay/invocation.h"
+#include "replay/op_cost.h"
 #include "replay/region.h"
 
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/macros/Macros.h>
 
@@ -40,12 +40,6 @@ std::optional<c10::Device> acceleratorOf(const c10::OperatorHandle& op, const to
     }
   }
   return std::nullopt;
-}
-
-void waitForDevice(const std::optional<c10::Device>& device) {
-  if (!device) return;
-  const auto* impl = c10::impl::getDeviceGuardImpl(device->type());
-  impl->synchronizeStream(impl->getStream(*device));
 }
 
 // Note [Redispatch below hpac]
@@ -127,10 +121,10 @@ void hpacFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
   if (C10_UNLIKELY(invocation.timing())) {
     invocation.observeArguments(op, *stack);
     const std::optional<c10::Device> device = acceleratorOf(op, *stack);
-    waitForDevice(device);
+    if (device) waitForDevice(*device);
     const auto start = std::chrono::steady_clock::now();
     handle(invocation, admission, op, ks, stack);
-    waitForDevice(device);
+    if (device) waitForDevice(*device);
     const auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
     invocation.observe(admission, op, *stack, nanos.count());
   } else {

@@ -74,12 +74,6 @@ bool isConvolution(const std::string& name) {
   return name == "aten::convolution" || name == "aten::_convolution" || name.rfind("aten::conv", 0) == 0;
 }
 
-void synchronize(c10::Device device) {
-  if (device.is_cpu()) return;
-  const auto* impl = c10::impl::getDeviceGuardImpl(device.type());
-  impl->synchronizeStream(impl->getStream(device));
-}
-
 double median(std::vector<double> v) {
   std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
   return v[v.size() / 2];
@@ -88,10 +82,10 @@ double median(std::vector<double> v) {
 double medianMicros(c10::Device device, const std::function<void()>& work) {
   std::vector<double> times;
   for (int i = 0; i < 10; ++i) {  // the first is a warm-up
-    synchronize(device);
+    waitForDevice(device);
     const auto start = std::chrono::steady_clock::now();
     work();
-    synchronize(device);
+    waitForDevice(device);
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
     if (i > 0) times.push_back(us);
   }
@@ -158,6 +152,12 @@ OpWork returnWork(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
     }
   }
   return w;
+}
+
+void waitForDevice(c10::Device device) {
+  if (device.is_cpu()) return;
+  const auto* impl = c10::impl::getDeviceGuardImpl(device.type());
+  impl->synchronizeStream(impl->getStream(device));
 }
 
 const Roofline& deviceRoofline(c10::Device device) {

@@ -45,6 +45,10 @@ OpWork argumentWork(const c10::OperatorHandle& op, const torch::jit::Stack& stac
 // bytes (and a convolution's flops).
 OpWork returnWork(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const OpWork& arguments);
 
+// Waits for the work queued on the device's current stream (nothing on CPU):
+// the roofline's calibration and Note [Profiles wait for the device].
+void waitForDevice(c10::Device device);
+
 struct Roofline {
   double flops_per_us = 0;  // peak of a float32 matmul
   double bytes_per_us = 0;  // read + write of a copy
