@@ -38,6 +38,7 @@ c10::Dict<std::string, int64_t> toDict(const InvocationStats& s) {
   d.insert("state_writes", s.state_writes);
   d.insert("state_writes_skipped", s.state_writes_skipped);
   d.insert("packed", s.packed);
+  d.insert("held", s.held);
   return d;
 }
 
@@ -92,6 +93,15 @@ class InvocationHandle : public torch::CustomClassHolder {
   // Whether note_saved wants this forward's saved tensors (a budget profile, or a plan that skips ops).
   bool watchesSaved() const { return invocation_->watchesAutogradSaves(); }
   void noteSaved(const at::Tensor& t) { invocation_->noteAutogradSaved(t); }
+  // hpac.checkpoint's frame (Note [Frames hold what needs no recompute]): the alias it may hold instead of a
+  // placeholder, or None; after a forward that held everything, release_kept().
+  c10::optional<at::Tensor> holdSaved(const at::Tensor& t) {
+    at::Tensor held = invocation_->holdSaved(t);
+    if (!held.defined()) return c10::nullopt;
+    return held;
+  }
+  void releaseKept() { invocation_->releaseKept(); }
+  bool keptReleased() const { return invocation_->keptReleased(); }
   void nameState(const std::vector<at::Tensor>& tensors, const std::vector<std::string>& names) {
     TORCH_CHECK(tensors.size() == names.size(), "hpac.Invocation.name_state: ", tensors.size(), " tensors but ",
                 names.size(), " names");
@@ -156,6 +166,19 @@ class BudgetRegionHandle : public torch::CustomClassHolder {
     return out;
   }
   std::string planSource() const { return region_->planSource(); }
+
+  // Note [An exact oracle for the planner]: the last profile's groups (group per op, -1 for a view; per group its
+  // bytes, µs, collective 0/1), and the text of the plan keeping the groups flagged 1.
+  std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<double>, std::vector<int64_t>> groups() const {
+    return groupsTuple(region_->groups());
+  }
+  std::string planTextKeeping(const std::vector<int64_t>& keep) const {
+    return region_->planTextKeeping(std::vector<bool>(keep.begin(), keep.end()));
+  }
+  static std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<double>, std::vector<int64_t>>
+  groupsTuple(const PlanGroups& g) {
+    return {g.group_of, g.bytes, g.micros, std::vector<int64_t>(g.collective.begin(), g.collective.end())};
+  }
 
   // A new checkpoint call of this region.
   c10::intrusive_ptr<InvocationHandle> invocation(bool allow_cache_mutation, const std::string& routing,
@@ -287,6 +310,35 @@ void registerHpacOps(torch::Library& m) {
     const Roofline& r = deviceRoofline(c10::Device(device));
     return std::vector<double>{r.flops_per_us, r.bytes_per_us};
   });
+  // Note [An exact oracle for the planner]: the additive planner (no dataflow) on a profile given as lists, per op
+  // its storages (storage_counts[i] of the flat (id, bytes) lists), µs, view and collective flags (0/1). Returns
+  // the plan's save flags per op and the groups (as BudgetRegion.groups), for tests and benchmarks.
+  m.def("plan_budget(int[] storage_counts, int[] storage_ids, int[] storage_bytes, float[] micros, int[] view, "
+        "int[] collective, int budget_bytes) -> (int[], int[], int[], float[], int[])",
+        [](const std::vector<int64_t>& counts, const std::vector<int64_t>& ids, const std::vector<int64_t>& bytes,
+           const std::vector<double>& micros, const std::vector<int64_t>& view, const std::vector<int64_t>& collective,
+           int64_t budget_bytes) {
+          const size_t n = counts.size();
+          TORCH_CHECK(micros.size() == n && view.size() == n && collective.size() == n && ids.size() == bytes.size(),
+                      "hpac.plan_budget: ", n, " ops but ", micros.size(), " micros, ", view.size(), " view and ",
+                      collective.size(), " collective flags; ", ids.size(), " storage ids but ", bytes.size(),
+                      " sizes");
+          std::vector<ProfiledOp> ops(n);
+          size_t next = 0;
+          for (size_t i = 0; i < n; ++i) {
+            TORCH_CHECK(counts[i] >= 0 && next + counts[i] <= ids.size(), "hpac.plan_budget: storage_counts ask for ",
+                        "more storages than the ", ids.size(), " given");
+            for (int64_t k = 0; k < counts[i]; ++k, ++next) ops[i].storages.emplace_back(ids[next], bytes[next]);
+            ops[i].micros = micros[i];
+            ops[i].view = view[i] != 0;
+            ops[i].collective = collective[i] != 0;
+          }
+          const BudgetPlan plan = planBudget(ops, budget_bytes);
+          const auto [group_of, group_bytes, group_micros, group_collective] =
+              BudgetRegionHandle::groupsTuple(planGroups(ops));
+          return std::make_tuple(std::vector<int64_t>(plan.save.begin(), plan.save.end()), group_of, group_bytes,
+                                 group_micros, group_collective);
+        });
   // Tensor-memory accounting for CPU tensors (the tracking allocator wraps the
   // current CPU allocator once; tensors allocated before are not counted).
   m.def("track_memory() -> ()", [] { TrackingAllocator::install(); });
@@ -311,6 +363,9 @@ void registerHpacOps(torch::Library& m) {
       .def("record_ops", &InvocationHandle::recordOps)
       .def("watches_saved", &InvocationHandle::watchesSaved)
       .def("note_saved", &InvocationHandle::noteSaved)
+      .def("hold_saved", &InvocationHandle::holdSaved)
+      .def("release_kept", &InvocationHandle::releaseKept)
+      .def("kept_released", &InvocationHandle::keptReleased)
       .def("name_state", &InvocationHandle::nameState)
       .def("op_log", &InvocationHandle::opLog)
       .def("explain", &InvocationHandle::explain);
@@ -324,7 +379,9 @@ void registerHpacOps(torch::Library& m) {
       .def("status", &BudgetRegionHandle::status)
       .def("micros", &BudgetRegionHandle::micros)
       .def("plan_text", &BudgetRegionHandle::planText)
-      .def("plan_source", &BudgetRegionHandle::planSource);
+      .def("plan_source", &BudgetRegionHandle::planSource)
+      .def("groups", &BudgetRegionHandle::groups)
+      .def("plan_text_keeping", &BudgetRegionHandle::planTextKeeping);
 
   m.class_<TracedPolicyHandle>("TracedPolicy")
       .def(torch::init<std::string, std::vector<std::string>, bool>())

@@ -1,6 +1,9 @@
 #include "policy/budget_plan.h"
 
+#include <c10/util/Exception.h>
+
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <unordered_map>
 #include <unordered_set>
@@ -101,14 +104,21 @@ std::vector<bool> deadOps(const std::vector<ProfiledOp>& ops, const std::vector<
 
 namespace {
 
+// DP states for a choice among `groups`: kBudgetResolution, more for many groups (each group a choice holds loses
+// up to one unit to rounding), at most 2^16.
+size_t resolution(size_t groups) {
+  return std::min<size_t>(std::max<size_t>(kBudgetResolution, 64 * groups), size_t{1} << 16);
+}
+
 // Note [Budget as a knapsack]: the groups to keep within `budget` bytes that
 // maximise the summed `value`, by dynamic programming over weights rounded up
 // to units of u bytes; only groups with `eligible` set are considered. Groups
 // without bytes are always kept.
-std::vector<bool> knapsack(const std::vector<Group>& groups, int64_t budget, const std::vector<double>& value,
-                           const std::vector<bool>& eligible) {
+std::vector<bool> knapsackByKeeping(const std::vector<Group>& groups, int64_t budget, const std::vector<double>& value,
+                                    const std::vector<bool>& eligible) {
   std::vector<bool> keep(groups.size(), false);
-  const int64_t unit = std::max<int64_t>(1, (budget + kBudgetResolution - 1) / kBudgetResolution);
+  const int64_t states = static_cast<int64_t>(resolution(groups.size()));
+  const int64_t unit = std::max<int64_t>(1, (budget + states - 1) / states);
   const size_t capacity = static_cast<size_t>(budget / unit);
   std::vector<double> best(capacity + 1, 0.0);        // best value within c units
   std::vector<std::vector<bool>> took(groups.size());  // took[g][c]: group g taken at capacity c
@@ -130,12 +140,98 @@ std::vector<bool> knapsack(const std::vector<Group>& groups, int64_t budget, con
     }
   }
   size_t c = capacity;
+  int64_t used = 0;
   for (size_t g = groups.size(); g-- > 0;) {
     if (groups[g].bytes == 0 || !took[g][c]) continue;
     keep[g] = true;
+    used += groups[g].bytes;
     c -= static_cast<size_t>((groups[g].bytes + unit - 1) / unit);
   }
   return keep;
+}
+
+// Rounding costs each group a choice keeps (or drops) up to one unit of the real budget; what is left of it is
+// filled with the eligible groups that still fit, most value per byte first (Note [Budget as a knapsack]).
+std::vector<bool> filled(std::vector<bool> keep, const std::vector<Group>& groups, int64_t budget,
+                         const std::vector<double>& value, const std::vector<bool>& eligible) {
+  int64_t used = 0;
+  std::vector<size_t> rest;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (keep[g] && eligible[g]) used += groups[g].bytes;
+    if (!keep[g] && eligible[g] && groups[g].bytes > 0) rest.push_back(g);
+  }
+  std::sort(rest.begin(), rest.end(), [&](size_t a, size_t b) {
+    return value[a] * static_cast<double>(groups[b].bytes) > value[b] * static_cast<double>(groups[a].bytes);
+  });
+  for (size_t g : rest) {
+    if (groups[g].bytes > budget - used) continue;
+    keep[g] = true;
+    used += groups[g].bytes;
+  }
+  return keep;
+}
+
+// Note [Budget as a knapsack], from the other side: the eligible groups to drop, least summed `value` first, so
+// that the rest fits `budget`; by dynamic programming over the bytes to free, weights rounded DOWN to units of
+// need / kBudgetResolution (what a choice frees is then at least what it counts). Its rounding error is a share of
+// what must be freed, not of the budget: the exact side when the budget is most of the total.
+std::vector<bool> knapsackByDropping(const std::vector<Group>& groups, int64_t budget,
+                                     const std::vector<double>& value, const std::vector<bool>& eligible) {
+  std::vector<bool> keep(groups.size(), false);
+  int64_t total = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    keep[g] = groups[g].bytes == 0 || eligible[g];
+    total += eligible[g] ? groups[g].bytes : 0;
+  }
+  const int64_t need = total - budget;
+  if (need <= 0) return keep;
+  const int64_t states = static_cast<int64_t>(resolution(groups.size()));
+  const int64_t unit = std::max<int64_t>(1, (need + states - 1) / states);
+  const size_t target = static_cast<size_t>((need + unit - 1) / unit);  // units freed, at least
+  constexpr double kNone = std::numeric_limits<double>::infinity();
+  std::vector<double> least(target + 1, kNone);  // least value dropped to free c units (target: at least)
+  least[0] = 0;
+  std::vector<std::vector<bool>> took(groups.size());
+  std::vector<size_t> from_target(groups.size(), 0);  // the state the target was last reached from, per group
+  for (size_t g = 0; g < groups.size(); ++g) {
+    took[g].assign(target + 1, false);
+    const size_t w = static_cast<size_t>(groups[g].bytes / unit);
+    if (!eligible[g] || groups[g].bytes == 0 || w == 0) continue;
+    for (size_t c = target + 1; c-- > 0;) {
+      if (least[c] == kNone) continue;
+      const size_t to = std::min(target, c + w);
+      if (least[c] + value[g] < least[to]) {
+        least[to] = least[c] + value[g];
+        took[g][to] = true;
+        if (to == target) from_target[g] = c;
+      }
+    }
+  }
+  if (least[target] == kNone) return knapsackByKeeping(groups, budget, value, eligible);  // unreachable in practice
+  size_t c = target;
+  for (size_t g = groups.size(); g-- > 0 && c > 0;) {
+    if (!took[g][c]) continue;
+    keep[g] = false;
+    c = c == target ? from_target[g] : c - static_cast<size_t>(groups[g].bytes / unit);
+  }
+  return keep;
+}
+
+// The better of the two sides (more value kept; ties: fewer bytes). Both fit `budget`.
+std::vector<bool> knapsack(const std::vector<Group>& groups, int64_t budget, const std::vector<double>& value,
+                           const std::vector<bool>& eligible) {
+  std::vector<bool> keeping = filled(knapsackByKeeping(groups, budget, value, eligible), groups, budget, value,
+                                     eligible);
+  std::vector<bool> dropping = filled(knapsackByDropping(groups, budget, value, eligible), groups, budget, value,
+                                      eligible);
+  double kept[2] = {0, 0};
+  int64_t bytes[2] = {0, 0};
+  for (size_t g = 0; g < groups.size(); ++g) {
+    kept[0] += keeping[g] ? value[g] : 0, bytes[0] += keeping[g] ? groups[g].bytes : 0;
+    kept[1] += dropping[g] ? value[g] : 0, bytes[1] += dropping[g] ? groups[g].bytes : 0;
+  }
+  const bool drop = kept[1] > kept[0] || (kept[1] == kept[0] && bytes[1] < bytes[0]);
+  return drop ? dropping : keeping;
 }
 
 std::vector<bool> saveOf(const std::vector<Group>& groups, const std::vector<bool>& keep, size_t num_ops) {
@@ -215,20 +311,42 @@ std::vector<bool> shrink(const std::vector<ProfiledOp>& ops, const std::vector<G
   return keep;
 }
 
+// A plan's totals before anything is kept.
+BudgetPlan emptyPlan(const std::vector<Group>& groups, int64_t budget_bytes) {
+  BudgetPlan plan;
+  plan.budget_bytes = std::max<int64_t>(budget_bytes, 0);
+  plan.groups = static_cast<int64_t>(groups.size());
+  for (const Group& g : groups) {
+    plan.total_bytes += g.bytes;
+    plan.total_micros += g.micros;
+  }
+  return plan;
+}
+
+// What keeping the groups `keep` saves, holds and lets the recompute skip.
+void fillPlan(const std::vector<ProfiledOp>& ops, const std::vector<Group>& groups, const std::vector<bool>& keep,
+              const std::vector<int64_t>* autograd_saved, BudgetPlan* plan) {
+  plan->save = saveOf(groups, keep, ops.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (!keep[g]) continue;
+    ++plan->kept_groups;
+    plan->kept_bytes += groups[g].bytes;
+    plan->saved_micros += groups[g].micros;
+  }
+  if (autograd_saved != nullptr) {
+    plan->skip = deadOps(ops, plan->save, *autograd_saved);
+    for (size_t i = 0; i < ops.size(); ++i) plan->skipped_micros += plan->skip[i] ? ops[i].micros : 0;
+  }
+}
+
 }  // namespace
 
 BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes,
                       const std::vector<int64_t>* autograd_saved) {
   const std::vector<Group> groups = groupsOf(ops);
-  BudgetPlan plan;
-  plan.budget_bytes = std::max<int64_t>(budget_bytes, 0);
-  plan.groups = static_cast<int64_t>(groups.size());
+  BudgetPlan plan = emptyPlan(groups, budget_bytes);
   std::vector<double> micros(groups.size());
-  for (size_t g = 0; g < groups.size(); ++g) {
-    plan.total_bytes += groups[g].bytes;
-    plan.total_micros += groups[g].micros;
-    micros[g] = groups[g].micros;
-  }
+  for (size_t g = 0; g < groups.size(); ++g) micros[g] = groups[g].micros;
 
   // Note [Collectives are kept by every plan]: kept first, the rest planned within what is left.
   int64_t forced_bytes = 0;
@@ -279,17 +397,32 @@ BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes,
       }
     }
   }
-  plan.save = saveOf(groups, keep, ops.size());
+  fillPlan(ops, groups, keep, autograd_saved, &plan);
+  return plan;
+}
+
+PlanGroups planGroups(const std::vector<ProfiledOp>& ops) {
+  PlanGroups out;
+  out.group_of.assign(ops.size(), -1);
+  const std::vector<Group> groups = groupsOf(ops);
   for (size_t g = 0; g < groups.size(); ++g) {
-    if (!keep[g]) continue;
-    ++plan.kept_groups;
-    plan.kept_bytes += groups[g].bytes;
-    plan.saved_micros += groups[g].micros;
+    for (size_t i : groups[g].members) out.group_of[i] = static_cast<int64_t>(g);
+    out.bytes.push_back(groups[g].bytes);
+    out.micros.push_back(groups[g].micros);
+    out.collective.push_back(groups[g].collective);
   }
-  if (autograd_saved != nullptr) {
-    plan.skip = deadOps(ops, plan.save, *autograd_saved);
-    for (size_t i = 0; i < ops.size(); ++i) plan.skipped_micros += plan.skip[i] ? ops[i].micros : 0;
-  }
+  return out;
+}
+
+BudgetPlan planKeeping(const std::vector<ProfiledOp>& ops, int64_t budget_bytes, const std::vector<bool>& keep,
+                       const std::vector<int64_t>* autograd_saved) {
+  const std::vector<Group> groups = groupsOf(ops);
+  TORCH_CHECK(keep.size() == groups.size(), "hpac budget: a plan keeping groups needs one flag per group: ",
+              keep.size(), " given, the profile has ", groups.size());
+  BudgetPlan plan = emptyPlan(groups, budget_bytes);
+  std::vector<bool> kept(keep);
+  for (size_t g = 0; g < groups.size(); ++g) kept[g] = kept[g] || groups[g].bytes == 0 || groups[g].collective;
+  fillPlan(ops, groups, kept, autograd_saved, &plan);
   return plan;
 }
 

@@ -71,7 +71,7 @@ namespace {
 class BudgetPolicy final : public Policy {
  public:
   explicit BudgetPolicy(std::shared_ptr<BudgetRegion> region) : region_(std::move(region)) {
-    region_->planFor(&keys_, &save_, &skip_, &stage_);
+    region_->planFor(&keys_, &save_, &skip_, &stage_, &covers_off_);
     if (stage_ != BudgetRegion::Stage::kPlanned) keys_.reset(), save_.reset(), skip_.reset();
   }
 
@@ -101,6 +101,9 @@ class BudgetPolicy final : public Policy {
     if (diverged_) return fixed(ctx);
     return (*save_)[i] ? CheckpointPolicy::MUST_SAVE : CheckpointPolicy::MUST_RECOMPUTE;
   }
+
+  // Note [Frames hold what needs no recompute]: a budget that covers what off keeps holds it as off does.
+  bool holdsEverySaved() const override { return covers_off_ && !diverged_; }
 
   bool maySkipInRecompute() const override {
     return stage_ == BudgetRegion::Stage::kPlanned && skip_ &&
@@ -173,6 +176,7 @@ class BudgetPolicy final : public Policy {
   std::shared_ptr<const std::vector<bool>> skip_;
   size_t position_ = 0;
   bool diverged_ = false;
+  bool covers_off_ = false;  // Note [Frames hold what needs no recompute]
   std::vector<ProfiledOp> profile_;
   std::vector<int64_t> autograd_saved_;  // storage ids (Note [What off keeps])
   bool saw_saved_hook_ = false;
@@ -197,12 +201,13 @@ BudgetRegion::Status BudgetRegion::status() const {
 
 bool BudgetRegion::planFor(std::shared_ptr<const std::vector<std::pair<const void*, int64_t>>>* keys,
                            std::shared_ptr<const std::vector<bool>>* save,
-                           std::shared_ptr<const std::vector<bool>>* skip, Stage* stage) const {
+                           std::shared_ptr<const std::vector<bool>>* skip, Stage* stage, bool* covers_off) const {
   std::lock_guard<std::mutex> lock(mutex_);
   *keys = keys_;
   *save = save_;
   *skip = skip_;
   *stage = stage_;
+  *covers_off = stage_ == Stage::kPlanned && plan_.off_bytes >= 0 && plan_.budget_bytes >= plan_.off_bytes;
   return stage_ == Stage::kPlanned;
 }
 
@@ -243,7 +248,8 @@ void BudgetRegion::finishProfile(std::vector<ProfiledOp> profile, std::optional<
   const int64_t base = off >= 0 ? off : totalOutputBytes(profile_);
   const int64_t budget =
       spec_.bytes >= 0 ? spec_.bytes : static_cast<int64_t>(std::floor(spec_.fraction * static_cast<double>(base)));
-  plan_ = planBudget(profile_, budget, autograd_saved && spec_.skip_dead ? &*autograd_saved : nullptr);
+  autograd_saved_ = std::move(autograd_saved);
+  plan_ = planBudget(profile_, budget, autograd_saved_ && spec_.skip_dead ? &*autograd_saved_ : nullptr);
   plan_.off_bytes = off;
   auto keys = std::make_shared<std::vector<std::pair<const void*, int64_t>>>();
   keys->reserve(profile_.size());
@@ -328,40 +334,66 @@ class PlanReader {
   int64_t number_ = 0;
 };
 
+std::string planTextOf(const std::vector<ProfiledOp>& profile, const BudgetPlan& plan) {
+  std::ostringstream out;
+  out << "# hpac budget plan (Note [Plan files], policy/budget_policy.h); valid for the region it was made in\n"
+      << kPlanHeader << "\n";
+  const double values[] = {static_cast<double>(plan.budget_bytes), static_cast<double>(plan.kept_bytes),
+                           static_cast<double>(plan.total_bytes),  static_cast<double>(plan.off_bytes),
+                           static_cast<double>(plan.groups),       static_cast<double>(plan.kept_groups),
+                           plan.saved_micros,                      plan.total_micros};
+  for (size_t k = 0; k < std::size(kPlanKeys); ++k) {
+    out << kPlanKeys[k] << " ";
+    if (k < 6) out << static_cast<int64_t>(values[k]); else out << values[k];
+    out << "\n";
+  }
+  out << "ops " << profile.size() << "\n";
+  for (size_t i = 0; i < profile.size(); ++i) {
+    const ProfiledOp& p = profile[i];
+    const c10::OperatorName* name = &operatorNameOf(p.id);
+    int64_t bytes = 0;
+    for (const auto& [id, size] : p.storages) bytes += size;
+    const bool skip = i < plan.skip.size() && plan.skip[i];
+    out << (plan.save[i] ? "keep" : skip ? "skip" : "recompute") << " " << p.occurrence << " " << name->name << " "
+        << (name->overload_name.empty() ? "-" : name->overload_name) << " " << p.micros << " " << bytes << "\n";
+  }
+  return out.str();
+}
+
 }  // namespace
 
 std::string BudgetRegion::planText() const {
   std::lock_guard<std::mutex> lock(mutex_);
   TORCH_CHECK(stage_ == Stage::kPlanned, "hpac budget: the region has no plan to save (stage '", toString(stage_),
               "'); a plan exists after the region's profile, while it is planned");
-  std::ostringstream out;
-  out << "# hpac budget plan (Note [Plan files], policy/budget_policy.h); valid for the region it was made in\n"
-      << kPlanHeader << "\n";
-  const double values[] = {static_cast<double>(plan_.budget_bytes), static_cast<double>(plan_.kept_bytes),
-                           static_cast<double>(plan_.total_bytes),  static_cast<double>(plan_.off_bytes),
-                           static_cast<double>(plan_.groups),       static_cast<double>(plan_.kept_groups),
-                           plan_.saved_micros,                      plan_.total_micros};
-  for (size_t k = 0; k < std::size(kPlanKeys); ++k) {
-    out << kPlanKeys[k] << " ";
-    if (k < 6) out << static_cast<int64_t>(values[k]); else out << values[k];
-    out << "\n";
-  }
-  out << "ops " << profile_.size() << "\n";
-  for (size_t i = 0; i < profile_.size(); ++i) {
-    const ProfiledOp& p = profile_[i];
-    const c10::OperatorName* name = &operatorNameOf(p.id);
-    int64_t bytes = 0;
-    for (const auto& [id, size] : p.storages) bytes += size;
-    const bool skip = i < plan_.skip.size() && plan_.skip[i];
-    out << (plan_.save[i] ? "keep" : skip ? "skip" : "recompute") << " " << p.occurrence << " " << name->name << " "
-        << (name->overload_name.empty() ? "-" : name->overload_name) << " " << p.micros << " " << bytes << "\n";
-  }
-  return out.str();
+  return planTextOf(profile_, plan_);
+}
+
+PlanGroups BudgetRegion::groups() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TORCH_CHECK(stage_ == Stage::kPlanned && !profile_.empty(), "hpac budget: the region has no profile to group "
+              "(stage '", toString(stage_), "'); groups exist after the region's profile, while it is planned");
+  return planGroups(profile_);
+}
+
+std::string BudgetRegion::planTextKeeping(const std::vector<bool>& keep) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TORCH_CHECK(stage_ == Stage::kPlanned && !profile_.empty(), "hpac budget: the region has no profile to plan "
+              "from (stage '", toString(stage_), "'); plans exist after the region's profile, while it is planned");
+  BudgetPlan plan = planKeeping(profile_, plan_.budget_bytes, keep,
+                                autograd_saved_ && spec_.skip_dead ? &*autograd_saved_ : nullptr);
+  plan.off_bytes = plan_.off_bytes;
+  return planTextOf(profile_, plan);
 }
 
 std::shared_ptr<BudgetRegion> BudgetRegion::fromPlanText(const std::string& text, const std::string& source) {
   PlanReader reader(text, source);
   const std::string first = reader.expect("'" + std::string(kPlanHeader) + "'");
+  const std::string family = "hpac-budget-plan ";
+  TORCH_CHECK(first == kPlanHeader || first.rfind(family, 0) != 0, "hpac budget: '", source, "' is a plan of format '",
+              first.substr(family.size()), "' (its first line is '", first, "'); this hpac reads format '",
+              std::string(kPlanHeader).substr(family.size()), "' only ('", kPlanHeader, "'). Plans are not converted: "
+              "make a new one in this version (hpac.budget(fraction) profiles the region; Budget.save_plan writes it)");
   TORCH_CHECK(first == kPlanHeader, "hpac budget: '", source, "' is not an hpac budget plan: its first line is '",
               first, "'; expected '", kPlanHeader, "' (written by Budget.save_plan / BudgetRegion::planText)");
   BudgetPlan plan;

@@ -103,6 +103,11 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
   // the source, the line and what is allowed for text that is not a plan, and
   // for an op that is not registered in this process.
   static std::shared_ptr<BudgetRegion> fromPlanText(const std::string& text, const std::string& source);
+  // Note [An exact oracle for the planner] (policy/budget_plan.h): the groups of the last complete profile, and
+  // the text of the plan keeping the groups `keep` says at this region's budget (skip marks as its own plan
+  // has them), for hpac.budget(plan=...) to replay. Both throw unless the region is planned from a profile.
+  PlanGroups groups() const;
+  std::string planTextKeeping(const std::vector<bool>& keep) const;
   // The source a region's plan was loaded from; "" for a profiled region.
   const std::string& planSource() const { return plan_source_; }
 
@@ -112,9 +117,10 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
   void finishProfile(std::vector<ProfiledOp> profile, std::optional<std::vector<int64_t>> autograd_saved,
                      bool completed);
   void planDiverged();
+  // covers_off: the plan's budget holds everything off keeps (Note [Frames hold what needs no recompute]).
   bool planFor(std::shared_ptr<const std::vector<std::pair<const void*, int64_t>>>* keys,
                std::shared_ptr<const std::vector<bool>>* save, std::shared_ptr<const std::vector<bool>>* skip,
-               Stage* stage) const;
+               Stage* stage, bool* covers_off) const;
 
  private:
   const BudgetSpec spec_;
@@ -126,6 +132,7 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
   // Note [Plans from the median profile]: each profile forward's kernel times, per op of the profile.
   std::vector<std::vector<double>> profiled_micros_;
   BudgetPlan plan_;
+  std::optional<std::vector<int64_t>> autograd_saved_;  // of the profile plan_ came from (Note [What off keeps])
   std::shared_ptr<const std::vector<std::pair<const void*, int64_t>>> keys_;  // (op, occurrence) in order
   std::shared_ptr<const std::vector<bool>> save_;
   std::shared_ptr<const std::vector<bool>> skip_;  // Note [Dead ops are skipped]; empty: none

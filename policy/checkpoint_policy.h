@@ -102,6 +102,12 @@ class Policy {
   // true at all (only then is that asked per op, and the invocation watches
   // what autograd saves, Note [Skips are verified]).
   virtual bool maySkipInRecompute() const { return false; }
+  // Asked by a checkpoint frame that can hold saved tensors itself (hpac's own)
+  // for each tensor autograd saves in the forward: hold it whatever produced
+  // it, as off does, because the policy may keep that much (a budget that
+  // covers what off keeps; Note [Frames hold what needs no recompute],
+  // replay/invocation.h).
+  virtual bool holdsEverySaved() const { return false; }
 };
 
 using PolicyFactory = std::function<std::unique_ptr<Policy>()>;

@@ -58,6 +58,7 @@ class Frame : public std::enable_shared_from_this<Frame> {
       : fn_(std::move(fn)),
         preserve_rng_(options.preserve_rng_state),
         determinism_check_(options.determinism_check),
+        hold_saved_(options.hold_saved),
         invocation_(options.policy, InvocationOptions{options.allow_cache_mutation, options.explain, options.routing,
                                                       options.state_writes, options.respect_saved_tensors_hooks}),
         stats_out_(options.stats_out) {
@@ -75,23 +76,47 @@ class Frame : public std::enable_shared_from_this<Frame> {
 
   Invocation& invocation() { return invocation_; }
 
-  size_t pack(const at::Tensor& t) {
+  // Note [Frames hold what needs no recompute]: `held` receives the alias the frame holds, if the invocation gives one.
+  size_t pack(const at::Tensor& t, at::Tensor* held) {
     invocation_.noteAutogradSaved(t);
+    *held = hold_saved_ ? invocation_.holdSaved(t) : at::Tensor();
+    held_.push_back(held->defined());
+    if (!held->defined()) ++unheld_;
     packed_.push_back(PackedMeta{t.sizes().vec(), t.scalar_type(), t.device()});
     return packed_.size() - 1;
   }
 
+  // After the forward region: nothing is left to compute when every saved tensor is held.
+  void endForward() {
+    if (unheld_ != 0) return;
+    invocation_.releaseKept();
+    // No recompute can follow: what only a recompute reads goes now.
+    inputs_.clear();
+    rng_ = RngState{};
+    fn_ = nullptr;
+  }
+
   void recomputePack(const at::Tensor& t) { recomputed_.push_back(detachedAlias(t)); }
 
-  at::Tensor unpack(size_t index) {
+  at::Tensor unpack(size_t index, const at::Tensor& held, uint32_t version) {
+    if (held.defined()) {
+      const uint32_t now = held.unsafeGetTensorImpl()->version_counter().current_version();
+      if (now == version) return held;
+      // Modified in place since autograd saved it: the recompute gives what the region keeps (and says so when
+      // that was written too); without a checkpoint autograd would refuse the same.
+      TORCH_CHECK(!invocation_.keptReleased(), "hpac: checkpoint invocation ", invocation_.id(), ": saved tensor #",
+                  index, " (", held.sizes(), " ", held.scalar_type(), ") was modified by an in-place operation after "
+                  "the forward saved it for backward (version ", version, ", now ", now, "); autograd refuses this "
+                  "without a checkpoint too. Clone it before writing to it, or write out of place.");
+    }
     std::lock_guard<std::mutex> lock(mutex_);
-    if (index >= recomputed_.size() || !recomputed_[index].defined()) recompute();
+    if (index >= recomputed_.size() || !recomputed_[index].defined()) recompute(index);
     TORCH_INTERNAL_ASSERT(index < recomputed_.size() && recomputed_[index].defined());
     return std::exchange(recomputed_[index], at::Tensor());
   }
 
  private:
-  void recompute() {
+  void recompute(size_t wanted) {
     std::vector<at::Tensor> inputs;
     inputs.reserve(inputs_.size());
     for (size_t i = 0; i < inputs_.size(); ++i) {
@@ -110,6 +135,10 @@ class Frame : public std::enable_shared_from_this<Frame> {
       fn_(inputs);  // outputs dropped: only what autograd saved is needed
     }
     if (determinism_check_) checkDeterminism();
+    // Held tensors come from their placeholders; the recompute's aliases of them would only outlive those.
+    for (size_t i = 0; i < held_.size() && i < recomputed_.size(); ++i) {
+      if (held_[i] && i != wanted) recomputed_[i] = at::Tensor();
+    }
   }
 
   void checkDeterminism() const {
@@ -138,25 +167,34 @@ class Frame : public std::enable_shared_from_this<Frame> {
   std::vector<bool> requires_grad_;
   const bool preserve_rng_;
   const bool determinism_check_;
+  const bool hold_saved_;
   RngState rng_;
   Invocation invocation_;
   std::vector<PackedMeta> packed_;
+  std::vector<bool> held_;  // per placeholder: its tensor is held (Note [Frames hold what needs no recompute])
+  size_t unheld_ = 0;  // placeholders only a recompute can fill (Note [Frames hold what needs no recompute])
   std::vector<at::Tensor> recomputed_;
   std::shared_ptr<InvocationStats> stats_out_;
   std::mutex mutex_;
 };
 
-// The forward's placeholder: remembers only its index; the tensor itself is
-// dropped, which is the point of checkpointing.
+// The forward's placeholder: remembers its index; the tensor itself is
+// dropped, which is the point of checkpointing, unless the region keeps it
+// anyway (Note [Frames hold what needs no recompute]).
 class ForwardHooks final : public SavedVariableHooks {
  public:
   explicit ForwardHooks(std::shared_ptr<Frame> frame) : frame_(std::move(frame)) {}
-  void call_pack_hook(const at::Tensor& tensor) override { index_ = frame_->pack(tensor); }
-  at::Tensor call_unpack_hook() override { return frame_->unpack(index_); }
+  void call_pack_hook(const at::Tensor& tensor) override {
+    index_ = frame_->pack(tensor, &held_);
+    if (held_.defined()) version_ = held_.unsafeGetTensorImpl()->version_counter().current_version();
+  }
+  at::Tensor call_unpack_hook() override { return frame_->unpack(index_, held_, version_); }
 
  private:
   std::shared_ptr<Frame> frame_;
   size_t index_ = 0;
+  at::Tensor held_;
+  uint32_t version_ = 0;
 };
 
 // The recompute's saved tensors are handed to the frame; the recompute graph
@@ -267,6 +305,7 @@ std::vector<at::Tensor> checkpoint(const CheckpointFn& fn, const std::vector<at:
     PackScope pack(frame.get(), /*recompute=*/false);
     outputs = fn(inputs);
   }
+  frame->endForward();
   return outputs;
 }
 

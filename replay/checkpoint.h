@@ -59,6 +59,10 @@ struct CheckpointOptions {
   RoutingRule routing = RoutingRule::kVerify;
   StateWriteRule state_writes = StateWriteRule::kWarn;
   bool respect_saved_tensors_hooks = true;
+  // Saved tensors that need no recompute (the policy keeps them, or the region did not make them) are held by the
+  // frame; when every one is, backward does not re-run fn (Note [Frames hold what needs no recompute]). False: a
+  // placeholder for each, and every backward re-runs fn (to measure the recompute itself).
+  bool hold_saved = true;
   // Reentrant path only: tensors fn uses that need gradients besides inputs.
   std::vector<at::Tensor> parameters;
   // If set, receives the stats of this checkpoint's invocation when the last

@@ -127,6 +127,7 @@ static void addScaled(InvocationStats& a, const InvocationStats& b, int64_t k) {
   a.state_writes += k * b.state_writes;
   a.state_writes_skipped += k * b.state_writes_skipped;
   a.packed += k * b.packed;
+  a.held += k * b.held;
 }
 
 InvocationStats& InvocationStats::operator+=(const InvocationStats& o) {
@@ -156,6 +157,9 @@ Invocation::Invocation(const PolicyFactory& policy, InvocationOptions options)
 Invocation::~Invocation() = default;
 
 void Invocation::beginPhase(Phase phase) {
+  TORCH_CHECK(phase != Phase::kRecompute || !kept_released_, "hpac: invocation ", id_, " cannot recompute: its "
+              "frame held every tensor autograd saved, so its kept outputs were released after the forward (Note "
+              "[Frames hold what needs no recompute])");
   phase_ = phase;
   profiling_ = phase == Phase::kForward && policy_->wantsProfile();
   may_skip_ = phase == Phase::kForward && policy_->maySkipInRecompute();
@@ -915,6 +919,24 @@ void Invocation::noteProduced(const Admission& admission, const c10::OperatorHan
                               const torch::jit::Stack& stack) {
   if (admission.action == Action::kSkip || admission.action == Action::kServe) return;
   state_writes_.noteProduced(op.schema(), tables_.returnsAlias(op), stack);
+}
+
+// Note [Frames hold what needs no recompute]
+at::Tensor Invocation::holdSaved(const at::Tensor& t) {
+  if (phase_ != Phase::kForward || options_.allow_cache_mutation || outer_hooks_ != nullptr) return {};
+  if (!t.defined() || !t.has_storage() || t.unsafeGetTensorImpl()->is_python_dispatch()) return {};
+  const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  if (!policy_->holdsEverySaved() && cached_storage_.count(storage) == 0 && state_writes_.produced(storage)) return {};
+  ++stats_.held;
+  return detachedAlias(t);
+}
+
+void Invocation::releaseKept() {
+  TORCH_INTERNAL_ASSERT(phase_ == Phase::kForward, "hpac: releaseKept() after a recompute began");
+  for (auto& [key, entry] : storage_) {
+    if (!entry.served) release(entry);
+  }
+  kept_released_ = true;
 }
 
 // Drops what an entry holds; the key stays, marked served, so that asking for it again is

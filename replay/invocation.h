@@ -57,6 +57,7 @@ struct InvocationStats {
   int64_t state_writes = 0;   // recompute writes to tensors from outside the region met (Note [State written twice])
   int64_t state_writes_skipped = 0;  // of which not made again (StateWriteRule::kSkip)
   int64_t packed = 0;         // kept tensors handed to the outer saved-tensor hooks (Note [Outer saved-tensor hooks])
+  int64_t held = 0;           // tensors autograd saved that the checkpoint frame held itself (Note [Frames hold what needs no recompute])
 
   InvocationStats& operator+=(const InvocationStats& o);
 };
@@ -157,6 +158,31 @@ class Invocation {
   bool watchesAutogradSaves() const {
     return phase_ == Phase::kForward && (profiling_ || may_skip_);
   }
+  // Note [Frames hold what needs no recompute]
+  // A checkpoint frame replaces each tensor autograd saves by a placeholder
+  // and re-runs the region when backward unpacks one. Some saved tensors need
+  // no recompute to exist in backward: the region keeps their storage anyway (a
+  // saved op's output, or a view of one), or the region did not produce them
+  // (an input, a parameter, a buffer), so the frame holds them at no memory
+  // cost; and when the policy may keep as much as off does (a budget that
+  // covers off's bytes: Policy::holdsEverySaved), every saved tensor is held,
+  // costing what off costs for it. holdSaved() says which: a detached alias (sharing the version
+  // counter) of `t` when the frame may hold it, undefined when only the
+  // recompute can produce it. Never with allow_cache_mutation (the region keeps
+  // clones, not `t`), outer saved-tensor hooks (what is kept must go through
+  // them: Note [Outer saved-tensor hooks]), or a Python tensor subclass (its
+  // storage is not where its values are: Note [Saved wrapper subclasses]).
+  // hpac's frames (hpac.checkpoint, hpac::checkpoint) hold what it gives, and
+  // unpack a held tensor whose version is unchanged without a recompute; when
+  // the forward held every saved tensor, nothing is left to compute: the frame
+  // calls releaseKept() and backward never re-runs the region (budget 1.0, a
+  // save-everything policy). torch.utils.checkpoint's frame packs for itself;
+  // there its early stop ends the recompute once it has what backward needs.
+  at::Tensor holdSaved(const at::Tensor& t);
+  // After a forward whose frame held everything autograd saved: the kept entries are released now (the frame's
+  // aliases keep what backward reads); a recompute of this invocation is then an error.
+  void releaseKept();
+  bool keptReleased() const { return kept_released_; }
   // After the op (after keep() / serve() for kSave / kServe), with its time.
   void observe(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                int64_t nanos);
@@ -291,6 +317,7 @@ class Invocation {
   // Storage of every cached alias still held -> its entry.
   std::unordered_map<const c10::StorageImpl*, Key> cached_storage_;
   size_t stored_entries_ = 0;
+  bool kept_released_ = false;  // Note [Frames hold what needs no recompute]
   int64_t stored_bytes_ = 0;
   InvocationStats stats_;
   InvocationStats reported_;  // part of stats_ already added to the global totals

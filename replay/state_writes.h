@@ -67,6 +67,8 @@ class StateWrites {
   bool checkWrite(const c10::OperatorHandle& op, int64_t occurrence, const torch::jit::Stack& stack);
   // Whether `op` may write an argument its schema does not annotate (batch norm's running statistics).
   static bool writesUnannotated(const c10::OperatorHandle& op);
+  // Forward: whether an op of this forward returned `storage` fresh (false for inputs, parameters, buffers).
+  bool produced(const c10::StorageImpl* storage) const { return produced_.count(storage) != 0; }
   // Forward end: the produced storages are forgotten (the records stay for the recompute).
   void endForward() { produced_.clear(); }
   const Write* find(const c10::OperatorHandle& op, int64_t occurrence) const {

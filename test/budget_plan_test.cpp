@@ -47,6 +47,32 @@ TEST(BudgetPlan, KeepingWhatAutogradSavesLetsTheRecomputeSkipItsProducers) {
   EXPECT_EQ(plan.kept_bytes, 200);
 }
 
+// Note [An exact oracle for the planner]: the groups of a profile, and the plan of a choice made elsewhere with
+// the fields planBudget fills. Keeping relu and tanh of the chain is the planner's own choice within 200 bytes;
+// keeping mm alone leaves relu and tanh to recompute (2 µs) and nothing to skip, over any budget.
+TEST(BudgetPlan, APlanKeepingChosenGroupsHasThePlannersFields) {
+  const std::vector<int64_t> saved = {2, 3};
+  std::vector<ProfiledOp> ops = chain();
+  ops.push_back(op("aten::t", 0, 0, {{2, 100}}));  // a view of relu's result: in no group
+  ops.back().view = true;
+  const PlanGroups groups = planGroups(ops);
+  EXPECT_EQ(groups.group_of, (std::vector<int64_t>{0, 1, 2, -1}));
+  EXPECT_EQ(groups.bytes, (std::vector<int64_t>{100, 100, 100}));
+  EXPECT_EQ(groups.micros, (std::vector<double>{10, 1, 1}));
+  const BudgetPlan own = planBudget(ops, 200, &saved);
+  const BudgetPlan same = planKeeping(ops, 200, {false, true, true}, &saved);
+  EXPECT_EQ(same.save, own.save);
+  EXPECT_EQ(same.skip, own.skip);
+  EXPECT_EQ(same.kept_bytes, own.kept_bytes);
+  EXPECT_DOUBLE_EQ(same.saved_micros, own.saved_micros);
+  EXPECT_DOUBLE_EQ(same.skipped_micros, own.skipped_micros);
+  const BudgetPlan mm = planKeeping(ops, 0, {true, false, false}, &saved);
+  EXPECT_EQ(mm.save, (std::vector<bool>{true, false, false, false}));
+  EXPECT_EQ(mm.skip, (std::vector<bool>{false, false, false, false}));
+  EXPECT_EQ(mm.kept_bytes, 100);  // over its budget of 0: the choice is the caller's
+  EXPECT_DOUBLE_EQ(mm.total_micros - mm.saved_micros - mm.skipped_micros, 2.0);
+}
+
 // Note [Collectives are kept by every plan]: by hand. The all-reduce is kept at every budget, even 0, and its
 // bytes come off the budget first: with 150 bytes, 50 are left, which neither 100-byte op fits.
 TEST(BudgetPlan, CollectivesAreKeptByEveryPlan) {

@@ -3,6 +3,7 @@
 // stop matching the region; bad specs.
 #include "policy/budget_policy.h"
 #include "replay/checkpoint.h"
+#include "replay/tracking_allocator.h"
 #include "test/support/captured_warnings.h"
 #include "test/support/error_message.h"
 #include "test/support/parity.h"
@@ -16,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -80,7 +82,9 @@ TEST(BudgetPolicy, ProfilesOnceThenReplaysThePlanWithGradientsEqualToOff) {
       const Step replay = step(p, region->factory(), true);
       EXPECT_EQ(maxAbsDiff(replay.grads, off.grads), 0.0) << fraction;
       EXPECT_EQ(replay.stats.saved, planned) << fraction;
-      EXPECT_EQ(replay.stats.served, planned) << fraction;
+      // Note [Frames hold what needs no recompute]: a plan that covers what off keeps is never recomputed.
+      EXPECT_EQ(replay.stats.served, fraction == 1.0 ? 0 : planned) << fraction;
+      EXPECT_EQ(replay.stats.recomputes, fraction == 1.0 ? 0 : 1) << fraction;
       EXPECT_EQ(replay.stats.unserved, 0);
     }
     if (fraction == 0.0) {
@@ -138,6 +142,7 @@ TEST(BudgetPolicy, OpsNothingBackwardNeedsAreSkippedInTheRecompute) {
     CheckpointOptions o;
     o.policy = region->factory();
     o.stats_out = stats;
+    o.hold_saved = false;  // the recompute runs (as under torch.utils.checkpoint): Note [Frames hold what needs no recompute]
     EXPECT_TRUE(Matches(torch::autograd::grad({checkpoint(fn, x, o)}, {x, w1, w2}), off)) << i;
     if (i == 0) continue;  // the profile
     EXPECT_EQ(stats->served, 2) << i;
@@ -247,7 +252,44 @@ TEST(BudgetPolicy, ProfileInvocationsDelayThePlan) {
   step(p, region->factory(), true);
   EXPECT_EQ(region->status().stage, BudgetRegion::Stage::kPlanned);
   const Step replay = step(p, region->factory(), true);
-  EXPECT_GT(replay.stats.served, 0);
+  EXPECT_GT(replay.stats.saved, 0);
+}
+
+// Note [Frames hold what needs no recompute]: at 1.0 hpac::checkpoint holds every tensor autograd saves, as off
+// does: the recompute never runs, the gradients are off's, and what is live after the forward is off's to the
+// byte (the frame drops its inputs' aliases and RNG state too). A layer norm on top: autograd saves its mean and
+// rstd, not its output, so no plan within 1.0 can keep it as an op output.
+TEST(BudgetPolicy, ABudgetThatCoversOffRecomputesNothing) {
+  TrackingAllocator& tracker = TrackingAllocator::install();
+  const Chain c;
+  const at::Tensor &x = c.x, &w1 = c.w1, &w2 = c.w2;
+  auto fn = [&](const at::Tensor& in) {
+    return at::layer_norm(at::tanh(at::mm(at::relu(at::mm(in, w1)), w2)), {64}).sum();
+  };
+  auto live_after_forward = [&](const std::function<at::Tensor()>& run, std::vector<at::Tensor>* grads) {
+    const int64_t start = tracker.currentBytes();
+    at::Tensor out = run();
+    const int64_t live = tracker.currentBytes() - start;
+    *grads = torch::autograd::grad({out}, {x, w1, w2});
+    return live;
+  };
+  std::vector<at::Tensor> off;
+  const int64_t off_live = live_after_forward([&] { return fn(x); }, &off);
+  auto region = std::make_shared<BudgetRegion>(BudgetSpec{1.0, -1});
+  for (int i = 0; i < 3; ++i) {
+    auto stats = std::make_shared<InvocationStats>();
+    CheckpointOptions o;
+    o.policy = region->factory();
+    o.stats_out = stats;
+    std::vector<at::Tensor> grads;
+    const int64_t live = live_after_forward([&] { return checkpoint(fn, x, o); }, &grads);
+    EXPECT_TRUE(Matches(grads, off)) << i;
+    if (i == 0) continue;  // the profile
+    EXPECT_EQ(stats->recomputes, 0) << i;
+    EXPECT_EQ(stats->served, 0) << i;
+    EXPECT_EQ(stats->held, 9) << i;  // mm x2 (2 operands each), relu, tanh, layer_norm (input, mean, rstd)
+    EXPECT_EQ(live, off_live) << i;
+  }
 }
 
 // A test op that sleeps: the timing noise of a busy machine, injected into one profile forward.
@@ -368,6 +410,11 @@ TEST(BudgetPolicy, TextThatIsNotAPlanNamesTheLineAndWhatIsAllowed) {
   };
   EXPECT_NE(load("hello\n").find("'p' is not an hpac budget plan: its first line is 'hello'"), std::string::npos);
   EXPECT_NE(load("").find("ends after line 0; expected 'hpac-budget-plan 1'"), std::string::npos);
+  // A plan of another format version (an older hpac's): named as such, with what to do.
+  EXPECT_NE(load(replaced("hpac-budget-plan 1", "hpac-budget-plan 0"))
+                .find("'p' is a plan of format '0' (its first line is 'hpac-budget-plan 0'); this hpac reads format "
+                      "'1' only ('hpac-budget-plan 1'). Plans are not converted: make a new one"),
+            std::string::npos);
   EXPECT_NE(load(replaced("budget_bytes", "budget")).find("is not 'budget_bytes <number>'"), std::string::npos);
   EXPECT_NE(load(replaced("aten::mm", "aten::no_such_op")).find("aten::no_such_op is not registered"),
             std::string::npos);

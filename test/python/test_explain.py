@@ -75,7 +75,9 @@ def test_explain_a_budget_explains_its_plan_not_its_profile():
     torch.manual_seed(0)
     block = Block()
     x = torch.randn(2, 16, 32, requires_grad=True)
-    budget = hpac.budget(1.0)
+    # Just under 1.0: at 1.0 hpac's frame holds what off keeps and no recompute runs (Note [Frames hold what needs
+    # no recompute]); explain then shows forward rows only (below).
+    budget = hpac.budget(0.99)
     out = hpac.explain(block, x, policy=budget, modes=("off",))
     assert out.data["mode"] == "budget" and budget.stage == "planned"
     rows = out.data["ops"]
@@ -84,6 +86,10 @@ def test_explain_a_budget_explains_its_plan_not_its_profile():
     skipped = [r for r in rows if r["decision"] == "skip"]
     assert len(skipped) == out.data["stats"]["skipped"] == budget.status()["skipped_ops"] > 0
     assert sum(r["decision"] == "serve" for r in rows) == out.data["stats"]["served"] > 0
+    whole = hpac.budget(1.0)
+    out = hpac.explain(block, x, policy=whole, modes=("off",))
+    assert whole.status()["skipped_ops"] > 0 and out.data["stats"]["served"] == 0
+    assert not [r for r in out.data["ops"] if r["phase"] == "recompute"]
 
 
 def test_explain_bytes_of_a_hand_computed_region():

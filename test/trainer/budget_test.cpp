@@ -185,7 +185,10 @@ TEST(TrainerBudget, EveryBudgetMatchesOffBitForBit) {
         EXPECT_GT(st.plan.kept_bytes, 0);
         EXPECT_LT(st.plan.off_bytes, st.plan.total_bytes);
       }
-      EXPECT_GT(b.steps.back().stats.totals.served, 0);
+      // Note [Frames hold what needs no recompute]: hpac's frame holds what off keeps; backward re-runs nothing.
+      EXPECT_EQ(b.steps.back().stats.totals.served, 0);
+      EXPECT_EQ(b.steps.back().stats.totals.recomputes, 0);
+      EXPECT_GT(b.steps.back().stats.totals.held, 0);
     }
   }
 }

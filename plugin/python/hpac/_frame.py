@@ -28,17 +28,22 @@ def _cuda_devices(tensors):
 
 
 class _Placeholder:
-    __slots__ = ("frame", "index")
+    """What autograd keeps for one saved tensor: its index in the frame, and the tensor itself (`held`, with its
+    version then) when the region keeps it anyway (Note [Frames hold what needs no recompute], replay/invocation.h)."""
+    __slots__ = ("frame", "index", "held", "version")
 
-    def __init__(self, frame, index):
+    def __init__(self, frame, index, held=None):
         self.frame = frame
         self.index = index
+        self.held = held
+        self.version = held._version if held is not None else 0
 
 
 class _Frame:
     """State of one hpac.checkpoint call; owned by the placeholders in the graph."""
 
-    def __init__(self, fn, args, kwargs, invocation, preserve_rng_state, determinism_check, outer_hooks=None):
+    def __init__(self, fn, args, kwargs, invocation, preserve_rng_state, determinism_check, outer_hooks=None,
+                 hold_saved=True):
         self.fn = fn
         self.kwargs = kwargs
         # The inputs the recompute needs: through the saved_tensors_hooks around the checkpoint, as autograd saves
@@ -50,9 +55,12 @@ class _Frame:
         self.is_tensor = [isinstance(a, torch.Tensor) for a in args]
         self.requires_grad = [isinstance(a, torch.Tensor) and a.requires_grad for a in args]
         self.invocation = invocation
+        # Note [Frames hold what needs no recompute] (replay/invocation.h): hpac's C++ invocation says what to hold.
+        self.hold = invocation._handle.hold_saved if hold_saved and isinstance(invocation, Invocation) else None
         self.forward_region = invocation.region("forward")
         self.determinism_check = determinism_check
         self.meta = []
+        self.held = []  # per placeholder: its tensor is held (Note [Frames hold what needs no recompute])
         self.recomputed = {}
         self.lock = threading.Lock()
         self.devices = _cuda_devices(args) if preserve_rng_state else None
@@ -66,7 +74,16 @@ class _Frame:
         if note is not None:
             note(tensor)
         self.meta.append((tensor.shape, tensor.dtype, tensor.device))
-        return _Placeholder(self, len(self.meta) - 1)
+        held = self.hold(tensor) if self.hold is not None else None
+        self.held.append(held is not None)
+        return _Placeholder(self, len(self.meta) - 1, held)
+
+    def end_forward(self):
+        """After the forward region: nothing is left to compute when every saved tensor is held."""
+        if self.hold is not None and all(self.held):
+            self.invocation._handle.release_kept()
+            # No recompute can follow: what only a recompute reads goes now (the RNG state is 5 KB on CPU).
+            self.args = self.kwargs = self.cpu_rng = self.cuda_rng = self.fn = None
 
     def unpack(self, placeholder):
         if _compile.tracing():
@@ -75,9 +92,19 @@ class _Frame:
                 "(torch._dynamo.compiled_autograd), which runs its recompute on traced tensors; checkpoint with "
                 "torch.utils.checkpoint.checkpoint(fn, ..., use_reentrant=False, context_fn=hpac.context_fn(policy)) "
                 "instead, which compiled autograd runs")
+        if placeholder.held is not None:
+            if placeholder.held._version == placeholder.version:
+                return placeholder.held
+            if self.invocation._handle.kept_released():
+                raise RuntimeError(
+                    f"hpac: checkpoint invocation {self.invocation.id}: saved tensor #{placeholder.index} "
+                    f"({tuple(placeholder.held.shape)} {placeholder.held.dtype}) was modified by an in-place "
+                    f"operation after the forward saved it for backward (version {placeholder.version}, now "
+                    f"{placeholder.held._version}); autograd refuses this without a checkpoint too. Clone it before "
+                    "writing to it, or write out of place.")
         with self.lock:
             if placeholder.index not in self.recomputed:
-                self._recompute()
+                self._recompute(placeholder.index)
             return self.recomputed.pop(placeholder.index)
 
     @contextlib.contextmanager
@@ -91,7 +118,7 @@ class _Frame:
                 torch.cuda.set_rng_state(state, d)
             yield
 
-    def _recompute(self):
+    def _recompute(self, wanted):
         unpack = self.unpack_input if self.unpack_input is not None else (lambda t: t)
         inputs = [unpack(a).detach().requires_grad_(rg) if is_tensor else a
                   for a, rg, is_tensor in zip(self.args, self.requires_grad, self.is_tensor)]
@@ -109,7 +136,8 @@ class _Frame:
             self.fn(*inputs, **self.kwargs)
         if self.determinism_check:
             self._check(collected)
-        self.recomputed = dict(enumerate(collected))
+        # Held tensors come from their placeholders; the recompute's aliases of them would only outlive those.
+        self.recomputed = {i: t for i, t in enumerate(collected) if i == wanted or i >= len(self.held) or not self.held[i]}
 
     def _check(self, collected):
         inv = self.invocation.id
@@ -129,7 +157,7 @@ class _Frame:
 def checkpoint(fn: Callable, *args: Any, policy: PolicyLike = "selective", preserve_rng_state: bool = True,
                determinism_check: Union[str, bool] = "default", allow_cache_entry_mutation: bool = False,
                routing: str = "verify", state_writes: str = "warn", respect_saved_tensors_hooks: bool = True,
-               allow_cache_mutation: Union[bool, None] = None, **kwargs: Any) -> Any:
+               allow_cache_mutation: Union[bool, None] = None, hold_saved: bool = True, **kwargs: Any) -> Any:
     """Non-reentrant checkpoint of fn(*args, **kwargs) with the policy run by hpac in C++.
 
     Works on torch 1.13 (no context_fn there): autograd's saved tensors become placeholders
@@ -153,6 +181,9 @@ def checkpoint(fn: Callable, *args: Any, policy: PolicyLike = "selective", prese
         respect_saved_tensors_hooks: the inputs and what the region keeps go through the saved_tensors_hooks
             around the call (save_on_cpu, offloading); False bypasses them.
         allow_cache_mutation: the old name of allow_cache_entry_mutation.
+        hold_saved: saved tensors that need no recompute (the policy keeps them, or fn did not make them: inputs,
+            parameters) are held by the frame, and when every one is, backward does not re-run fn (a budget of 1.0,
+            "save_all"; Note [Frames hold what needs no recompute]). False: every backward re-runs fn.
         **kwargs: fn's keyword arguments.
 
     Returns:
@@ -173,18 +204,21 @@ def checkpoint(fn: Callable, *args: Any, policy: PolicyLike = "selective", prese
     if isinstance(owner, torch.nn.Module):
         inv.name_state(owner)  # messages name the buffer a recompute writes again (Note [State written twice])
     return checkpoint_with(inv, fn, *args, preserve_rng_state=preserve_rng_state, determinism_check=check,
-                           _inputs_through_hooks=respect_saved_tensors_hooks, **kwargs)
+                           _inputs_through_hooks=respect_saved_tensors_hooks, hold_saved=hold_saved, **kwargs)
 
 
 def checkpoint_with(invocation, fn: Callable, *args: Any, preserve_rng_state: bool = True,
                     determinism_check: Union[str, bool] = "default", _inputs_through_hooks: bool = True,
-                    **kwargs: Any) -> Any:
+                    hold_saved: bool = True, **kwargs: Any) -> Any:
     """hpac.checkpoint's machinery around any invocation-like object: one with `.id` and a context manager
     `.region(phase)` for phase 'forward' / 'recompute' (benchmarks plug a Python dispatch mode in here)."""
     if not torch.is_grad_enabled():
         return fn(*args, **kwargs)
     # torch >= 2.0 says which hooks are around the call (1.13 cannot: the frame holds its inputs itself there).
     outer = _TOP_HOOKS(False) if _TOP_HOOKS is not None and _inputs_through_hooks else None
-    frame = _Frame(fn, args, kwargs, invocation, preserve_rng_state, _determinism_check_on(determinism_check), outer)
+    frame = _Frame(fn, args, kwargs, invocation, preserve_rng_state, _determinism_check_on(determinism_check), outer,
+                   hold_saved)
     with torch.autograd.graph.saved_tensors_hooks(frame.pack, frame.unpack), frame.forward_region:
-        return fn(*args, **kwargs)
+        out = fn(*args, **kwargs)
+    frame.end_forward()
+    return out
