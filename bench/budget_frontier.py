@@ -122,8 +122,9 @@ def moe_block(layers, seq, hidden=128, name="moe_block"):
     return m
 
 
-def measure(model, loss_fn, inputs):
-    """(seconds, peak bytes above the start, gradients) of one forward + backward."""
+def timed_step(model, loss_fn, inputs):
+    """(seconds, peak bytes above the start, bytes the forward left for backward) of one forward + backward; the
+    gradients are left in .grad."""
     model.zero_grad(set_to_none=True)
     gc.collect()
     gc.disable()
@@ -131,11 +132,19 @@ def measure(model, loss_fn, inputs):
         base = hpac.memory_stats()["current_bytes"]
         hpac.reset_peak_memory()
         t0 = time.perf_counter()
-        loss_fn(model, inputs).backward()
+        loss = loss_fn(model, inputs)
+        kept = hpac.memory_stats()["current_bytes"] - base
+        loss.backward()
         seconds = time.perf_counter() - t0
         peak = hpac.memory_stats()["peak_bytes"] - base
     finally:
         gc.enable()
+    return seconds, peak, kept
+
+
+def measure(model, loss_fn, inputs):
+    """(seconds, peak bytes above the start, gradients) of one forward + backward."""
+    seconds, peak, _ = timed_step(model, loss_fn, inputs)
     return seconds, peak, [p.grad for p in model.parameters()]
 
 
@@ -250,9 +259,10 @@ def against_target(rows):
 COLORS = {"budget": "#d62728", "compile": "#2ca02c", "off": "#444444", "full": "#1f77b4", "selective": "#9467bd"}
 
 
-def _panel(x0, y0, w, h, rows, title):
+def _panel(x0, y0, w, h, rows, title, memory="peak_bytes", memory_label="peak tensor memory"):
+    rows = [r for r in rows if "error" not in r]
     off = next(r for r in rows if r["method"] == "off")
-    pts = [(r["ms_median"] / off["ms_median"], r["peak_bytes"] / off["peak_bytes"]) for r in rows]
+    pts = [(r["ms_median"] / off["ms_median"], r[memory] / off[memory]) for r in rows]
     xmax = max(p[0] for p in pts) * 1.08
     xmin = min(p[0] for p in pts) * 0.92
     ymax = max(p[1] for p in pts) * 1.08
@@ -263,7 +273,7 @@ def _panel(x0, y0, w, h, rows, title):
            f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y0 + h}" stroke="black"/>',
            f'<text x="{x0 + w / 2}" y="{y0 + h + 34}" text-anchor="middle" font-size="11">step time / off</text>',
            f'<text x="{x0 - 40}" y="{y0 + h / 2}" text-anchor="middle" font-size="11" '
-           f'transform="rotate(-90 {x0 - 40} {y0 + h / 2})">peak tensor memory / off</text>']
+           f'transform="rotate(-90 {x0 - 40} {y0 + h / 2})">{memory_label} / off</text>']
     for i in range(5):
         v = ymax * i / 4
         out.append(f'<text x="{x0 - 6}" y="{sy(v) + 4:.1f}" text-anchor="end" font-size="10">{v:.2f}</text>')
@@ -274,7 +284,7 @@ def _panel(x0, y0, w, h, rows, title):
         curve = sorted((r for r in rows if r["family"] == family), key=lambda r: r["budget"])
         if not curve:
             continue
-        xy = [(sx(r["ms_median"] / off["ms_median"]), sy(r["peak_bytes"] / off["peak_bytes"])) for r in curve]
+        xy = [(sx(r["ms_median"] / off["ms_median"]), sy(r[memory] / off[memory])) for r in curve]
         out.append(f'<polyline points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in xy)}" fill="none" '
                    f'stroke="{COLORS[family]}" stroke-width="1.5"/>')
         for (x, y), r in zip(xy, curve):
@@ -284,20 +294,20 @@ def _panel(x0, y0, w, h, rows, title):
                            f'{r["budget"]}</text>')
     for name in ("off", "full", "selective"):
         r = next(r for r in rows if r["method"] == name)
-        x, y = sx(r["ms_median"] / off["ms_median"]), sy(r["peak_bytes"] / off["peak_bytes"])
+        x, y = sx(r["ms_median"] / off["ms_median"]), sy(r[memory] / off[memory])
         out.append(f'<rect x="{x - 4:.1f}" y="{y - 4:.1f}" width="8" height="8" fill="{COLORS[name]}"/>')
         out.append(f'<text x="{x + 6:.1f}" y="{y + 12:.1f}" font-size="10" fill="{COLORS[name]}">{name}</text>')
     return out
 
 
-def plot(data, path):
+def plot(data, path, memory="peak_bytes", memory_label="peak tensor memory"):
     models = list(data["models"].items())
     w, h, pad = 360, 260, 80
     width = len(models) * (w + pad) + pad
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h + 150}" font-family="sans-serif">',
            f'<rect width="{width}" height="{h + 150}" fill="white"/>']
     for i, (name, d) in enumerate(models):
-        out += _panel(pad + i * (w + pad), 40, w, h, d["rows"], name)
+        out += _panel(pad + i * (w + pad), 40, w, h, d["rows"], name, memory, memory_label)
     y = h + 110
     x = pad
     for family, label in [("budget", "hpac budget 0…1"), ("compile", "torch.compile activation_memory_budget 0…1"),
@@ -308,6 +318,26 @@ def plot(data, path):
     out.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
+
+
+def start_results(name, out, steps, compile_steps, budgets):
+    """A frontier run's results: (data, log(msg), save()); tensor memory tracked from here on, and save() writes what
+    was measured so far (after every group of rows: a run stopped early leaves what it measured)."""
+    hpac.track_memory()
+    started = time.perf_counter()
+    log = lambda msg: print(f"[{name} {time.perf_counter() - started:.0f}s] {msg}", flush=True)
+    data = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+            "load_average_at_start": os.getloadavg()[0], "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
+            "steps": steps, "compile_steps": compile_steps, "budgets": list(budgets), "models": {}}
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+
+    def save():
+        data["wall_s"] = time.perf_counter() - started
+        data["load_average_at_end"] = os.getloadavg()[0]
+        with open(out, "w") as f:
+            json.dump(data, f, indent=1)
+
+    return data, log, save
 
 
 def main():
@@ -340,21 +370,7 @@ def main():
         ap.error(f"--models {','.join(unknown)} is not allowed; allowed: {', '.join(MODELS)}")
     with_compile = not a.no_compile and hpac._major_minor(torch.__version__) >= (2, 4)
     compile_budgets = [float(f) for f in a.compile_budgets.split(",")]
-    hpac.track_memory()
-    started = time.perf_counter()
-    log = lambda msg: print(f"[budget_frontier {time.perf_counter() - started:.0f}s] {msg}", flush=True)
-    data = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-            "load_average_at_start": os.getloadavg()[0],
-            "glibc_tunables": os.environ.get("GLIBC_TUNABLES"), "steps": a.steps, "compile_steps": a.compile_steps,
-            "budgets": FRACTIONS, "models": {}}
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-
-    def save():  # after every group of rows: a run stopped early leaves what it measured
-        data["wall_s"] = time.perf_counter() - started
-        data["load_average_at_end"] = os.getloadavg()[0]
-        with open(a.out, "w") as f:
-            json.dump(data, f, indent=1)
-
+    data, log, save = start_results("budget_frontier", a.out, a.steps, a.compile_steps, FRACTIONS)
     for name in names:
         if name == "qwen3_moe":
             m = qwen3_moe(a.config, a.seq, a.batch)

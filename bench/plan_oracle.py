@@ -3,8 +3,9 @@ planner], policy/budget_plan.h; the MILP of test/python/plan_oracle.py, scipy's 
 transformers Qwen3MoeForCausalLM of examples/training_demo/train.yaml), every decoder layer its own region.
 
 Per budget: each layer's region is profiled (--profiles forwards, measured cost, the plan from the median) and
-planned by hpac; the MILP's optimum for the same profile and budget becomes a plan file too (skip marks as hpac's
-dataflow analysis gives them for that choice). Both are then replayed by hpac from their plan files
+planned by hpac (its dataflow choice, and its additive knapsack alone over the same groups); the MILP's optimum for
+the same profile and budget becomes a plan file too (skip marks, for every plan, as hpac's dataflow analysis gives
+them for that choice). Both are then replayed by hpac from their plan files
 (hpac.checkpoint_wrapper(layer, mode=hpac.budget(plan=...))) on their own copies of the model, interleaved with
 off, the order rotated every step. Reported per budget, summed over the layers: the predicted recompute time under
 the additive objective (kernel µs of the groups not kept) and under hpac's dataflow objective (µs of the ops the
@@ -37,7 +38,7 @@ def timed_step(model, ids):
     gc.disable()
     try:
         t0 = time.perf_counter()
-        loss = model(input_ids=ids, labels=ids).loss
+        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -85,11 +86,13 @@ def main():
             hpac.checkpoint_wrapper(layer, mode=b)
         for step in range(args.profiles):
             timed_step(profiled, batch(step))
-        plans = {"hpac": [], "optimum": []}
+        plans = {"hpac": [], "optimum": [], "hpac_additive": []}
         predicted = {k: {"additive_micros": 0.0, "dataflow_micros": 0.0, "kept_bytes": 0} for k in plans}
         for i, b in enumerate(regions):
             g = plan_oracle.region_groups(b)
-            texts = {"hpac": b._region.plan_text(), "optimum": plan_oracle.optimal_plan_text(b)}
+            additive = plan_oracle.knapsack_keep(g["bytes"], g["micros"], g["collective"], b.status()["budget_bytes"])
+            texts = {"hpac": b._region.plan_text(), "optimum": plan_oracle.optimal_plan_text(b),
+                     "hpac_additive": b._region.plan_text_keeping([int(k) for k in additive])}
             for name, text in texts.items():
                 path = os.path.join(tmp, f"{fraction}-{name}-{i}.plan")
                 with open(path, "w") as f:
@@ -131,7 +134,8 @@ def main():
         log(f"budget {fraction}: predicted additive hpac {predicted['hpac']['additive_micros']:.0f} vs optimum "
             f"{predicted['optimum']['additive_micros']:.0f} µs, dataflow hpac {predicted['hpac']['dataflow_micros']:.0f}"
             f" vs optimum {predicted['optimum']['dataflow_micros']:.0f} µs; backward off / hpac / optimum "
-            + " / ".join(f"{row[k]['backward_ms']:.1f}" for k in ("off", "hpac", "optimum")) + " ms")
+            + " / ".join(f"{row[k]['backward_ms']:.1f}" for k in ("off", "hpac", "optimum")) + " ms; additive "
+            f"knapsack {predicted['hpac_additive']['additive_micros']:.0f} µs")
         with open(args.out, "w") as f:
             json.dump({"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
                        "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""), "config": os.path.relpath(CONFIG, ROOT),

@@ -75,6 +75,17 @@ def region_groups(budget) -> Dict[str, list]:
             "collective": list(collective)}
 
 
+def knapsack_keep(group_bytes: Sequence[int], group_micros: Sequence[float], collective: Sequence[int],
+                  budget_bytes: int) -> List[bool]:
+    """Per group: kept by hpac's own additive planner (the knapsack, no dataflow) over these groups, one op each."""
+    import torch
+    n = len(group_bytes)
+    save, group_of, _, _, _ = torch.ops.hpac.plan_budget([1] * n, list(range(n)), list(group_bytes),
+                                                        [float(m) for m in group_micros], [0] * n,
+                                                        [int(c) for c in collective], int(budget_bytes))
+    return keep_of_save(save, group_of, n)
+
+
 def optimal_plan_text(budget) -> str:
     """The plan text of the additive optimum for a planned hpac.Budget's profile and budget, replayable by
     hpac.budget(plan=...) (skip marks as hpac's dataflow analysis gives them for that choice)."""
