@@ -93,12 +93,16 @@ class InvocationHandle : public torch::CustomClassHolder {
   // Whether note_saved wants this forward's saved tensors (a budget profile, or a plan that skips ops).
   bool watchesSaved() const { return invocation_->watchesAutogradSaves(); }
   void noteSaved(const at::Tensor& t) { invocation_->noteAutogradSaved(t); }
-  // hpac.checkpoint's frame (Note [Frames hold what needs no recompute]): the alias it may hold instead of a
-  // placeholder, or None; after a forward that held everything, release_kept().
-  c10::optional<at::Tensor> holdSaved(const at::Tensor& t) {
+  // hpac.checkpoint's frame (Note [Frames hold what needs no recompute]): [the alias it may hold instead of a
+  // placeholder], or [] (a list: torch 1.13's custom classes do not return optional tensors to Python); after a
+  // forward that held everything, release_kept().
+  std::vector<at::Tensor> holdSaved(const at::Tensor& t) {
     at::Tensor held = invocation_->holdSaved(t);
-    if (!held.defined()) return c10::nullopt;
-    return held;
+    if (!held.defined()) return {};
+    // A Python scalar autograd saved (x / 2.0's divisor on torch 1.13) is a wrapped-number tensor, which reaches
+    // Python as a float; the frame's alias is an ordinary 0-dim tensor (it promotes as the wrapped one does).
+    if (held.unsafeGetTensorImpl()->is_wrapped_number()) held.unsafeGetTensorImpl()->set_wrapped_number(false);
+    return {held};
   }
   void releaseKept() { invocation_->releaseKept(); }
   bool keptReleased() const { return invocation_->keptReleased(); }

@@ -74,7 +74,8 @@ class _Frame:
         if note is not None:
             note(tensor)
         self.meta.append((tensor.shape, tensor.dtype, tensor.device))
-        held = self.hold(tensor) if self.hold is not None else None
+        held = self.hold(tensor) if self.hold is not None else []
+        held = held[0] if held else None
         self.held.append(held is not None)
         return _Placeholder(self, len(self.meta) - 1, held)
 
