@@ -375,12 +375,16 @@ def cost_estimate(r):
     return out
 
 
+def machine(d):
+    """Where a benchmark ran: torch, threads, CPUs, the load at the end, GLIBC_TUNABLES."""
+    return (f"torch {d['torch']}, {d['threads'] or 'default'} threads on {d['cpus']} CPUs (1-minute load average "
+            f"{d['load_average_at_end']:.1f} at the end), GLIBC_TUNABLES={d['glibc_tunables'] or '(unset)'}")
+
+
 def plan_stability(r):
     """Three fresh processes per setting, their plans compared (bench/plan_stability.py)."""
     d = load(r, "plan_stability.json")
-    out = [f"torch {d['torch']}, {d['threads'] or 'default'} threads on {d['cpus']} CPUs (1-minute load average "
-           f"{d['load_average_at_end']:.1f} at the end), GLIBC_TUNABLES={d['glibc_tunables'] or '(unset)'}; "
-           f"`{d['config']}`, budget {d['budget']}, every layer its own region; estimated-pinned: HPAC_ROOFLINE "
+    out = [f"{machine(d)}; `{d['config']}`, budget {d['budget']}, every layer its own region; estimated-pinned: HPAC_ROOFLINE "
            f"{d['pinned_roofline']} (flops and bytes per µs, what the parent process measured).", "",
            "| cost | profiles | layers whose plan is the same in every run | predicted recompute µs per run (sum over "
            "the layers) | spread | same plan or < 2 % |", "|---|---:|---:|---|---:|---|"]
@@ -514,9 +518,7 @@ def explain(r):
 def plan_oracle(r):
     """hpac's plans beside the MILP optimum of the additive objective, all replayed (bench/plan_oracle.py)."""
     d = load(r, "plan_oracle.json")
-    out = [f"torch {d['torch']}, {d['threads']} threads on {d['cpus']} CPUs (1-minute load average "
-           f"{d['load_average_at_end']:.1f} at the end), GLIBC_TUNABLES={d['glibc_tunables'] or '(unset)'}; "
-           f"`{d['config']}`, every layer its own region, plans from the median of {d['profiles']} profiles; "
+    out = [f"{machine(d)}; `{d['config']}`, every layer its own region, plans from the median of {d['profiles']} profiles; "
            f"times: median of {d['steps']} interleaved steps. Three plans per profile: hpac's (its dataflow choice), "
            "hpac's additive knapsack alone, the MILP optimum. Predicted µs are summed over the layers: additive = "
            "kernel time of what is not kept; dataflow = kernel time of the ops the recompute runs (skipped ones not).",
