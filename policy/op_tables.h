@@ -58,6 +58,11 @@ inline const c10::OperatorName& operatorNameOf(OpId id) {
 inline std::string qualifiedOpName(const c10::OperatorName& name) {
   return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
 }
+// How error messages and warnings name an op: qualifiedOpName, and "ns::op (default overload)" for an op without
+// an overload name, so that a bare "aten::mm" is not read as every overload of it.
+inline std::string messageOpName(const c10::OperatorName& name) {
+  return name.overload_name.empty() ? name.name + " (default overload)" : qualifiedOpName(name);
+}
 
 // Resolves one entry against the dispatcher: every matching handle (empty when
 // the op is absent). Throws c10::Error if `name` is not "ns::op[.overload]".

@@ -84,11 +84,10 @@ int64_t aliasedArgument(const c10::FunctionSchema& schema, size_t return_index) 
 }
 
 std::string opName(const c10::OperatorName& name) {
-  return name.overload_name.empty() ? name.name + " (default overload)"
-                                    : name.name + "." + name.overload_name;
+  return messageOpName(name);
 }
 std::string opName(const c10::OperatorHandle& op) {
-  return opName(op.operator_name());
+  return messageOpName(op.operator_name());
 }
 
 // The replay mismatch: the recompute met (op, occurrence) where the forward stored nothing.

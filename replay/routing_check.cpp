@@ -1,5 +1,6 @@
 #include "replay/routing_check.h"
 
+#include "policy/op_tables.h"
 #include "replay/dispatch_key.h"
 
 #include <ATen/ops/equal.h>
@@ -57,8 +58,7 @@ std::string indexOf(int64_t flat, c10::IntArrayRef sizes) {
 }
 
 std::string opName(const c10::OperatorHandle& op) {
-  const auto& name = op.operator_name();
-  return name.overload_name.empty() ? name.name + " (default overload)" : name.name + "." + name.overload_name;
+  return messageOpName(op.operator_name());
 }
 
 }  // namespace
