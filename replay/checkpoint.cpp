@@ -13,6 +13,7 @@
 #include <torch/csrc/autograd/input_buffer.h>
 #include <torch/csrc/autograd/saved_variable_hooks.h>
 
+#include <algorithm>
 #include <mutex>
 #include <sstream>
 
@@ -81,14 +82,13 @@ class Frame : public std::enable_shared_from_this<Frame> {
     invocation_.noteAutogradSaved(t);
     *held = hold_saved_ ? invocation_.holdSaved(t) : at::Tensor();
     held_.push_back(held->defined());
-    if (!held->defined()) ++unheld_;
     packed_.push_back(PackedMeta{t.sizes().vec(), t.scalar_type(), t.device()});
     return packed_.size() - 1;
   }
 
   // After the forward region: nothing is left to compute when every saved tensor is held.
   void endForward() {
-    if (unheld_ != 0) return;
+    if (std::find(held_.begin(), held_.end(), false) != held_.end()) return;  // a recompute may still be asked for
     invocation_.releaseKept();
     // No recompute can follow: what only a recompute reads goes now.
     inputs_.clear();
@@ -172,7 +172,6 @@ class Frame : public std::enable_shared_from_this<Frame> {
   Invocation invocation_;
   std::vector<PackedMeta> packed_;
   std::vector<bool> held_;  // per placeholder: its tensor is held (Note [Frames hold what needs no recompute])
-  size_t unheld_ = 0;  // placeholders only a recompute can fill (Note [Frames hold what needs no recompute])
   std::vector<at::Tensor> recomputed_;
   std::shared_ptr<InvocationStats> stats_out_;
   std::mutex mutex_;
