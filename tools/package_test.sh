@@ -3,8 +3,8 @@
 # build/ for the C++ install):
 #  1. Python: pip wheel --no-build-isolation builds the wheel against .venv's torch (core only, pyproject.toml) in
 #     build-wheel/ (beside build/, at its depth, so that ccache, where installed, serves the compiles build/ made);
-#     a fresh virtual environment gets the pinned torch (tools/requirements.txt) and the wheel, and runs
-#     test/package/wheel_smoke.py there (isolated mode);
+#     a fresh virtual environment gets the pinned torch and transformers (tools/requirements.txt) and the wheel, and
+#     runs test/package/wheel_smoke.py there (isolated mode), hpac.hf on a transformers model included;
 #  2. C++: cmake --install build/ into build/install, the installed CLIs' --version, and examples/cmake_consumer
 #     configured with find_package(Torch) + find_package(hpac) against that install, built and run (a checkpointed
 #     step under each policy with parity to off).
@@ -38,12 +38,15 @@ CMAKE_GENERATOR=$(cached CMAKE_GENERATOR) "$python" -m pip wheel -q --no-build-i
   exit 1
 }
 wheel=$(ls "$dist"/hpac-"$version"-*.whl)
-stage "built $(basename "$wheel"); installing it with $(grep -E '^torch==' "$root/tools/requirements.txt") into a fresh venv"
+stage "built $(basename "$wheel"); installing it with the pinned torch and transformers into a fresh venv"
 venv=$build/wheel-venv
 rm -rf "$venv"
 "$python" -m venv "$venv"
 # --no-compile: no .pyc for torch's thousands of modules (a large part of the install time; Python compiles on use).
-"$venv/bin/python" -m pip install -q --no-compile "$wheel" "$(grep -E '^torch==' "$root/tools/requirements.txt")" \
+# transformers (pinned, with numpy) for the smoke test's hpac.hf check; hpac itself needs only torch.
+pins=()
+for package in torch numpy transformers; do pins+=("$(grep -E "^$package==" "$root/tools/requirements.txt")"); done
+"$venv/bin/python" -m pip install -q --no-compile "$wheel" "${pins[@]}" \
   >"$build/wheel-venv.log" 2>&1 || {
   cat "$build/wheel-venv.log" >&2
   exit 1

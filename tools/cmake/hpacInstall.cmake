@@ -3,9 +3,11 @@
 # hpac_install_package() at the end writes the rules.
 #
 # Two layouts:
-#  * the Python wheel (pyproject.toml; scikit-build-core sets SKBUILD): only
-#    libhpac.so, into the package as hpac/lib/libhpac.so, with an RPATH to the
-#    torch package beside it in site-packages ($ORIGIN/../../torch/lib);
+#  * the Python wheel (pyproject.toml; scikit-build-core sets SKBUILD): libhpac.so,
+#    into the package as hpac/lib/libhpac.so, with an RPATH to the torch package
+#    beside it in site-packages ($ORIGIN/../../torch/lib); with it
+#    hpac/lib/libhpac_config.so (hpac.hf's config parser and route planner) and
+#    hpac/share/hpac/model_registry.yaml;
 #  * cmake --install (C++ users; find_package(hpac)):
 #      lib/libhpac.so                         target hpac::hpac
 #      lib/libhpac_{trainer,tools,dist}.a     target hpac::trainer (when HPAC_WITH_TRAINER)
@@ -52,6 +54,10 @@ endfunction()
 function(hpac_install_package)
   if(SKBUILD)
     install(TARGETS hpac LIBRARY DESTINATION hpac/lib)
+    if(TARGET hpac_config)  # hpac.hf's config, registry and route planner, and the registry it reads
+      install(TARGETS hpac_config LIBRARY DESTINATION hpac/lib)
+      install(FILES "${PROJECT_SOURCE_DIR}/tools/trainer/model_registry.yaml" DESTINATION hpac/share/hpac)
+    endif()
     return()
   endif()
   install(TARGETS hpac EXPORT hpacTargets LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}")

@@ -10,12 +10,15 @@
 //   torch.ops.hpac_config.parse_config(text, file) -> str       same, from text
 //   torch.ops.hpac_config.load_registry(path) -> str            JSON of ModelRegistry ("" = the shipped one)
 //   torch.ops.hpac_config.default_registry_path() -> str
+//   torch.ops.hpac_config.plan_routes(facts) -> str          JSON of the RoutePlan for JSON route facts
+//                                                            (route_plan.h, route_plan_json.h)
 //
 // Note [Config JSON]: the JSON mirrors the C++ structs field by field (names as
 // in config.h / registry.h), so a Python reader and the C++ trainer see the same
 // values; effective_summary carries effectiveSummary() for comparisons.
 #include "tools/trainer/config.h"
 #include "tools/trainer/registry.h"
+#include "tools/trainer/route_plan_json.h"
 
 #include "replay/explain.h"  // jsonString
 
@@ -39,12 +42,6 @@ std::string number(double v) {
 }
 
 const char* boolean(bool b) { return b ? "true" : "false"; }
-
-std::string stringList(const std::vector<std::string>& names) {
-  std::string out = "[";
-  for (size_t i = 0; i < names.size(); ++i) absl::StrAppend(&out, i ? ", " : "", quote(names[i]));
-  return out + "]";
-}
 
 std::string configJson(const TrainConfig& c) {
   const ModelSpec& m = c.model;
@@ -90,20 +87,20 @@ std::string configJson(const TrainConfig& c) {
 
 std::string registryJson(const ModelRegistry& r) {
   const AliasLists& a = r.aliases;
-  std::string out = absl::StrCat("{\"file\": ", quote(r.file), ", \"default_paths\": ", stringList(r.default_paths),
-                                 ", \"aliases\": {\"mlp\": ", stringList(a.mlp), ", \"attention\": ",
-                                 stringList(a.attention), ", \"norm1\": ", stringList(a.norm1), ", \"norm2\": ",
-                                 stringList(a.norm2), ", \"mtp\": ", stringList(a.mtp), "}, \"retrieval_wrappers\": {");
+  std::string out = absl::StrCat("{\"file\": ", quote(r.file), ", \"default_paths\": ", jsonStringList(r.default_paths),
+                                 ", \"aliases\": {\"mlp\": ", jsonStringList(a.mlp), ", \"attention\": ",
+                                 jsonStringList(a.attention), ", \"norm1\": ", jsonStringList(a.norm1), ", \"norm2\": ",
+                                 jsonStringList(a.norm2), ", \"mtp\": ", jsonStringList(a.mtp), "}, \"retrieval_wrappers\": {");
   bool first = true;
   for (const auto& [cls, inner] : r.retrieval_wrappers) {
-    absl::StrAppend(&out, first ? "" : ", ", quote(cls), ": ", stringList(inner));
+    absl::StrAppend(&out, first ? "" : ", ", quote(cls), ": ", jsonStringList(inner));
     first = false;
   }
   absl::StrAppend(&out, "}, \"models\": {");
   first = true;
   for (const auto& [cls, e] : r.models) {
     absl::StrAppend(&out, first ? "" : ", ", quote(cls), ": {\"family\": ", quote(e.family), ", \"language\": ",
-                    stringList(e.language), ", \"vision\": ", stringList(e.vision), "}");
+                    jsonStringList(e.language), ", \"vision\": ", jsonStringList(e.vision), "}");
     first = false;
   }
   return out + "}}";
@@ -127,6 +124,10 @@ std::string loadRegistryOp(std::string path) {
 
 std::string defaultRegistryPathOp() { return defaultRegistryPath(); }
 
+std::string planRoutesOp(std::string facts_json) {
+  return routePlanJson(valueOrThrow(planRoutes(valueOrThrow(routeFactsFromJson(facts_json)))));
+}
+
 }  // namespace
 
 TORCH_LIBRARY(hpac_config, m) {
@@ -134,6 +135,7 @@ TORCH_LIBRARY(hpac_config, m) {
   m.def("parse_config(str text, str file) -> str", &parseConfigOp);
   m.def("load_registry(str path) -> str", &loadRegistryOp);
   m.def("default_registry_path() -> str", &defaultRegistryPathOp);
+  m.def("plan_routes(str facts) -> str", &planRoutesOp);
 }
 
 }  // namespace hpac::trainer

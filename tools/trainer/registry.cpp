@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -152,17 +153,32 @@ absl::StatusOr<ModelRegistry> parseRegistry(const std::string& text, const std::
   return RegistryParser(file).parse(*root);
 }
 
+namespace {
+
+// model_registry.yaml beside the file `file` names, or in ../share/hpac/ from it (cmake --install's layout, and the
+// wheel's hpac/lib -> hpac/share/hpac); empty if neither is readable.
+std::string registryNear(const std::string& file) {
+  const std::string dir = file.substr(0, file.find_last_of('/'));
+  for (const std::string candidate : {dir + "/model_registry.yaml", dir + "/../share/hpac/model_registry.yaml"}) {
+    if (readable(candidate)) return candidate;
+  }
+  return "";
+}
+
+}  // namespace
+
 std::string defaultRegistryPath() {
   if (const char* env = std::getenv("HPAC_MODEL_REGISTRY"); env != nullptr && *env != '\0') return env;
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (n > 0) {
-    std::string dir(exe, static_cast<size_t>(n));
-    dir = dir.substr(0, dir.find_last_of('/'));
-    const std::string beside = dir + "/model_registry.yaml";
-    if (readable(beside)) return beside;
-    const std::string installed = dir + "/../share/hpac/model_registry.yaml";  // cmake --install's layout
-    if (readable(installed)) return installed;
+    if (std::string near = registryNear(std::string(exe, static_cast<size_t>(n))); !near.empty()) return near;
+  }
+  // The shared library holding this code (libhpac_config.so, loaded by hpac.hf from a build tree or the wheel).
+  Dl_info self;
+  if (dladdr(reinterpret_cast<void*>(&defaultRegistryPath), &self) != 0 && self.dli_fname != nullptr &&
+      self.dli_fname[0] == '/') {
+    if (std::string near = registryNear(self.dli_fname); !near.empty()) return near;
   }
   return HPAC_TRAINER_SOURCE_REGISTRY;
 }

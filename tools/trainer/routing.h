@@ -1,37 +1,16 @@
 // hpac/tools/trainer/routing.h
 //
-// Model preparation: from the config's activation_checkpoint section to a
-// CheckpointSetting on every discovered layer (reference design 6.2-6.4).
-//
-//   off        nothing is touched: no discovery, no wrapping, no config change.
-//   selective  every discovered layer is checkpointed whole with the built-in
-//              selective policy (one invocation per layer call).
-//   budget     as selective, with the memory-budget policy: each layer has its
-//              own BudgetRegion (memory_budget), kept across steps, which
-//              profiles the layer's first forward and replays its plan after.
-//   full       one route for the model, the first that holds in this order
-//              (the reference design's flowchart, Note [Full decision order]):
-//              1. a vision tower (not language-tower-only) -> submodules;
-//              2. KV sharing                               -> submodules without attention;
-//              3. compile on -> compile: the attention and MLP submodules only;
-//              4. every full layer trainable and a CheckpointableLayer with
-//                 native support, and the model declares
-//                 supportsGradientCheckpointing() -> native: the layer's own
-//                 reentrant path, whole layer;
-//              5. otherwise -> submodules: per layer, the children named in the
-//                 alias lists (mlp, attention, norm1, norm2, mtp).
-//   KV sharing (num_kv_shared_layers > 0 in the config or a sub-config): use_cache
-//              is kept, attention is never checkpointed, full takes the submodule
-//              route without attention, and selective (or budget) degrades (with a warning)
-//              to full checkpointing of the MLP and norm submodules. Without KV
-//              sharing, use_cache is set false on the config and every sub-config.
-//   activation_swap: attention together with any non-off mode is an error.
-//
-// Every decision is logged (path taken, modules wrapped); 0 wrapped is a warning.
+// Model preparation, the C++ front end of the route planner (route_plan.h, which
+// holds every rule): discover the zoo model's layers, gather the facts
+// (trainable, native, the checkpoint seam, child names, the config's KV
+// sharing), plan, then apply: a CheckpointSetting on every planned layer
+// (a BudgetRegion per budget layer), use_cache off where the plan says, and
+// every message of the plan logged in order.
 #pragma once
 
 #include "tools/trainer/config.h"
 #include "tools/trainer/discovery.h"
+#include "tools/trainer/route_plan.h"
 #include "tools/trainer/zoo_common.h"
 
 #include "absl/status/statusor.h"
@@ -43,10 +22,6 @@
 
 namespace hpac::trainer {
 
-enum class FullRoute { kNative, kCompile, kSubmodules };
-const char* toString(FullRoute route);
-
-enum class LogLevel { kInfo, kWarning };
 using LogFn = std::function<void(LogLevel level, const std::string& message)>;
 // Writes "[hpac-train] message" / "[hpac-train] warning: message" to stderr.
 void logToStderr(LogLevel level, const std::string& message);

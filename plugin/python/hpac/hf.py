@@ -10,12 +10,12 @@ so errors carry the same `file:line:col`. The registry is the trainer's (tools/t
 the same C++ code. Python only walks the module tree and wraps: the policy, the counting and the replay run in
 libhpac.so, through `context_fn` regions of torch.utils.checkpoint (non-reentrant).
 
-Routing, as in the C++ trainer (tools/trainer/routing.cpp):
+Routing: decided by the C++ route planner (tools/trainer/route_plan.h; plan_routes), the function hpac-train calls:
   off        nothing is touched.
   selective  every discovered layer (both towers) checkpointed whole with hpac's selective policy.
   budget     as selective, with the memory-budget policy: one hpac.budget(memory_budget) per layer (its region:
              profiled on the layer's first call, its plan replayed after); PreparedLayer.budget.status() shows it.
-  full       one route, decided in this order (Note [Full decision order] in routing.cpp):
+  full       one route, decided in this order (Note [Full decision order] in route_plan.cpp):
                1. not language-tower-only (a vision tower)      -> submodules
                2. KV sharing                                     -> submodules without attention
                3. train.compile: true                            -> compile: attention and MLP submodules
@@ -33,6 +33,7 @@ import json
 import os
 import sys
 import threading
+from typing import Callable, Optional, Union
 
 import torch
 import torch.utils.checkpoint
@@ -42,7 +43,7 @@ from hpac._wrap import unwrap_checkpoint, wrap_forward
 
 __all__ = [
     "load_config_library", "load_config", "parse_config", "load_registry", "discover", "prepare", "Preparation",
-    "Discovery", "unprepare",
+    "Discovery", "unprepare", "plan_routes",
 ]
 
 _lock = threading.Lock()
@@ -53,21 +54,31 @@ def _config_ops_present():
     return hpac._ops_present("hpac_config", "load_config")
 
 
-def load_config_library(path=None):
-    """Makes torch.ops.hpac_config available: `path`, else $HPAC_CONFIG_LIBRARY, else libhpac_config.so of the
-    build that serves libhpac.so (<build>/tools/trainer/). Returns the path loaded (None if already present)."""
+def load_config_library(path: Optional[str] = None) -> Optional[str]:
+    """Makes torch.ops.hpac_config available (the C++ config parser, registry and route planner).
+
+    Args:
+        path: libhpac_config.so to load; default $HPAC_CONFIG_LIBRARY, else the one beside libhpac.so (the installed
+            package's hpac/lib/), else the one of the build tree that serves libhpac.so (<build>/tools/trainer/).
+
+    Returns:
+        the path loaded, None if the ops were present already.
+    """
     with _lock:
         if _config_ops_present():
             return None
-        candidate = path or os.environ.get("HPAC_CONFIG_LIBRARY")
-        if not candidate:
-            build = os.path.dirname(os.path.dirname(hpac.load()))
-            candidate = os.path.join(build, "tools", "trainer", "libhpac_config.so")
-        if not os.path.exists(candidate):
-            raise RuntimeError(f"hpac.hf: libhpac_config.so not found at '{candidate}'; build the trainer "
-                               "(tools/build.sh, HPAC_WITH_TRAINER=ON) or set HPAC_CONFIG_LIBRARY to its path")
-        torch.ops.load_library(candidate)
-        return candidate
+        explicit = path or os.environ.get("HPAC_CONFIG_LIBRARY")
+        lib_dir = os.path.dirname(hpac.load())
+        candidates = [explicit] if explicit else [
+            os.path.join(lib_dir, "libhpac_config.so"),
+            os.path.join(os.path.dirname(lib_dir), "tools", "trainer", "libhpac_config.so")]
+        found = next((c for c in candidates if os.path.exists(c)), None)
+        if found is None:
+            raise RuntimeError(f"hpac.hf: libhpac_config.so not found; looked at {', '.join(candidates)}. Install "
+                               "hpac with pip (the wheel carries it), build the trainer (tools/build.sh, "
+                               "HPAC_WITH_TRAINER=ON), or set HPAC_CONFIG_LIBRARY to its path")
+        torch.ops.load_library(found)
+        return found
 
 
 def load_config(path):
@@ -229,7 +240,7 @@ def discover(model, registry=None):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Routing (reference design 6.2-6.4; tools/trainer/routing.cpp)
+# Routing (reference design 6.2-6.4): facts gathered here, the plan made by tools/trainer/route_plan.cpp
 
 class PreparedLayer:
     def __init__(self, ref, role, mode, record_ops=False, rules=None):
@@ -324,27 +335,12 @@ def _configs(config, path="config"):
             yield from _configs(sub, f"{path}.{key}")
 
 
-def _mode_of(ac, index):
-    for r in ac["layers"]:
-        if r["first"] <= index <= r["last"]:
-            return r["mode"]
-    return ac["mode"]
-
-
 def _budget_of(memory_budget, cost="measured"):
     """A new region for activation_checkpoint.memory_budget and .cost (validated by the C++ parser: a fraction or
     bytes; measured or estimated)."""
     if memory_budget["bytes"] is not None:
         return hpac.budget(bytes=memory_budget["bytes"], cost=cost)
     return hpac.budget(memory_budget["fraction"], cost=cost)
-
-
-def _all_off(ac):
-    return ac["mode"] == "off" and all(r["mode"] == "off" for r in ac["layers"])
-
-
-def _children_named(module, lists):
-    return [name for names in lists for name in names if name in module._modules]
 
 
 def _torch_checkpointed(context_fn, original, *args, **kwargs):
@@ -375,147 +371,125 @@ def _enable_native(model):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
-def prepare(model, config, registry=None, log=log_to_stderr, record_ops=False, compile_backend="inductor"):
-    """Applies activation_checkpoint (and activation_swap) of `config` (a path, or a dict from load_config) to
-    `model` in place, then, with train.compile: true, compiles each layer (module.compile(backend=compile_backend)).
-    Returns a Preparation (route, wrap counts, messages, per-layer stats). record_ops=True adds every region's op
-    log to the per-layer stats, one count per "log:<phase> <op> <action>" key (hpac.Invocation's op_log lines:
-    action saved, run, served, recomputed or ignored); compiled layers run no eager invocation and report none."""
+def plan_routes(facts):
+    """The route plan (tools/trainer/route_plan.h: every rule of model preparation, the same function the C++
+    trainer calls) for route facts given as a dict (the JSON of tools/trainer/route_plan_json.h). Returns the plan
+    as a dict. A config the rules refuse raises ValueError naming the file or key."""
+    load_config_library()
+    try:
+        return json.loads(torch.ops.hpac_config.plan_routes(json.dumps(facts)))
+    except RuntimeError as e:
+        raise ValueError(str(e)) from None
+
+
+def _config_facts(config, compile_on):
+    return {"file": config["file"], "activation_checkpoint": config["activation_checkpoint"],
+            "activation_swap": config["activation_swap"], "compile": compile_on, "compiles_layers": True,
+            "model": None}
+
+
+def _model_facts(d):
+    """What the planner needs of a discovered transformers model."""
+    hf_config = getattr(d.inner_model, "config", None)
+    configs = [[p, getattr(c, "num_kv_shared_layers", 0) or 0] for p, c in _configs(hf_config)] \
+        if hf_config is not None else []
+    layers = [{"path": ref.path, "index": ref.index, "role": c.role, "class_name": type(ref.module).__name__,
+               "trainable": all(q.requires_grad for q in ref.module.parameters()),
+               "native": _supports_native(ref.module), "has_seam": True, "children": list(ref.module._modules)}
+              for c in _containers_in_order(d) for ref in c.layers]
+    return {"class_name": d.class_name, "how": d.how, "language_path": d.language().path,
+            "has_vision": d.vision() is not None,
+            "supports_checkpointing": bool(getattr(d.inner_model, "supports_gradient_checkpointing", False)),
+            "configs": configs, "layers": layers}
+
+
+def _containers_in_order(d):
+    return sorted(d.containers, key=lambda c: _ROLE_ORDER.index(c.role))
+
+
+def prepare(model: torch.nn.Module, config: Union[str, os.PathLike, dict], registry: Optional[dict] = None,
+            log: Callable[[str, str], None] = log_to_stderr, record_ops: bool = False,
+            compile_backend: str = "inductor") -> "Preparation":
+    """Applies activation_checkpoint (and activation_swap) of `config` to `model` in place, then, with
+    train.compile: true, compiles each layer. Discover, gather facts, plan (plan_routes: the C++ rules), apply.
+
+    Args:
+        model: a transformers model (or any module tree the registry's discovery finds layers in).
+        config: the hpac-train YAML's path, or a dict from load_config / parse_config.
+        registry: a dict from load_registry (default: the shipped one).
+        log: called as log(level, message) for every decision, level 'info' or 'warning'.
+        record_ops: add every region's op log to the per-layer stats, one count per
+            "log:<phase> <op> <action>" key (hpac.Invocation's op_log lines: action saved, run, served, recomputed
+            or ignored); compiled layers run no eager invocation and report none.
+        compile_backend: with train.compile: true, each layer is compiled with module.compile(backend=...).
+
+    Returns:
+        a Preparation (route, wrap counts, messages, per-layer stats). unprepare(model, prep) undoes it.
+    """
     if not isinstance(config, dict):
         config = load_config(config)
     prep = Preparation()
     prep._log = log
-    ac = config["activation_checkpoint"]
-    if config["activation_swap"] == "attention" and not _all_off(ac):
-        mode = ac["mode"] if ac["mode"] != "off" else "off with checkpointed layers in activation_checkpoint.layers"
-        raise ValueError(f"{config['file']}: activation_checkpoint.mode: {mode} cannot be combined with "
-                         "activation_swap: attention; set activation_swap: none, or activation_checkpoint.mode: off "
-                         "(and no checkpointed layers)")
     compile_on = config["train"]["compile"]
-    if _all_off(ac):
-        if compile_on:
-            reg = registry if registry is not None else load_registry()
-            prep.discovery = discover(model, reg)
-            _compile_layers(prep, [ref for c in prep.discovery.containers for ref in c.layers], compile_backend)
-            return prep
-        prep.info("activation checkpointing off: model left as is (no discovery, no wrapping, use_cache untouched)")
-        if config["activation_swap"] == "attention":
-            prep.warn("activation_swap: attention has nothing to swap to on a CPU-only build; it has no effect")
-        return prep
-
-    reg = registry if registry is not None else load_registry()
-    d = prep.discovery = discover(model, reg)
-    prep.touched = True
-    prep.info(f"layer containers of {d.class_name}: {d.how}")
-    language = d.language()
-    held = [layer.index for layer in language.layers]
-    for r in ac["layers"]:
-        for i in range(r["first"], r["last"] + 1):
-            if i not in held:
-                raise ValueError(f"{r['where']}: activation_checkpoint.layers: layer {i} is out of range; the "
-                                 f"language tower {language.path} holds layers {', '.join(map(str, held))}")
-
-    hf_config = getattr(d.inner_model, "config", None)
-    configs = list(_configs(hf_config)) if hf_config is not None else []
-    shared = [(p, c.num_kv_shared_layers) for p, c in configs if (getattr(c, "num_kv_shared_layers", 0) or 0) > 0]
-    prep.kv_sharing = bool(shared)
-    if prep.kv_sharing:
-        for p, n in shared:
-            prep.info(f"KV sharing ({p}.num_kv_shared_layers = {n}): use_cache kept, attention is never checkpointed")
-    else:
-        for p, c in configs:
-            c.use_cache = False
-            prep.use_cache_disabled.append(p)
-        prep.info(f"use_cache set false on {', '.join(prep.use_cache_disabled) or '(no config)'}")
-
-    for c in sorted(d.containers, key=lambda c: _ROLE_ORDER.index(c.role)):
-        for ref in c.layers:
-            prep.layers.append(PreparedLayer(ref, c.role, _mode_of(ac, ref.index) if c.role == "language"
-                                             else ac["mode"], record_ops,
-                                             {"routing": ac["routing"], "state_writes": ac["state_writes"]}))
-
+    facts = _config_facts(config, compile_on)
+    plan = plan_routes(facts)
+    if plan["needs_model"]:
+        reg = registry if registry is not None else load_registry()
+        prep.discovery = discover(model, reg)
+        facts.update(model=_model_facts(prep.discovery), aliases=reg["aliases"])
+        plan = plan_routes(facts)
+    for level, message in plan["messages"]:
+        (prep.warn if level == "warning" else prep.info)(message)
+    _apply(prep, plan, config, record_ops, compile_on)
     if compile_on:
-        budgeted = [p.index for p in prep.layers if p.mode == "budget"]
-        if budgeted:
-            raise ValueError(
-                f"{config['file']}: activation_checkpoint mode budget (layers {', '.join(map(str, budgeted))}) cannot "
-                "be combined with train.compile: true: hpac's budget plans from eager profiles of the layer, which "
-                "compiled code never runs; use mode selective or full with compile, or train.compile: false")
-        for p in prep.layers:
-            p.compiled = True
+        targets = prep.layers if prep.touched else [ref for c in prep.discovery.containers for ref in c.layers]
+        _compile_layers(prep, targets, compile_backend)
+    return prep
 
-    full = [p for p in prep.layers if p.mode == "full"]
-    if full:
-        not_native = []
-        if any(not q.requires_grad for p in full for q in p.module.parameters()):
-            not_native.append("some layers are frozen")
-        if not all(_supports_native(p.module) for p in full):
-            not_native.append("some layers are not transformers GradientCheckpointingLayers")
-        if not getattr(d.inner_model, "supports_gradient_checkpointing", False):
-            not_native.append("the model does not declare checkpointing support")
-        if d.vision() is not None:
-            prep.full_route, prep.full_route_reason = "submodules", "not language-tower-only: the model has a " \
-                                                                    "vision tower"
-        elif prep.kv_sharing:
-            prep.full_route, prep.full_route_reason = "submodules", "KV sharing: attention must not be checkpointed"
-        elif config["train"]["compile"]:
-            prep.full_route, prep.full_route_reason = "compile", "compile is on: attention and MLP submodules only"
-        elif not not_native:
-            prep.full_route = "native"
-            prep.full_route_reason = ("language tower only, no compile, every layer trainable and native, model "
-                                      "supports it")
-        else:
-            prep.full_route, prep.full_route_reason = "submodules", "not native: " + ", ".join(not_native)
-        prep.info(f"full: {prep.full_route} path ({prep.full_route_reason})")
 
-    a = reg["aliases"]
+def _apply(prep, plan, config, record_ops, compile_on):
+    """Carries out a route plan on the discovered model."""
+    for key in ("touched", "kv_sharing", "full_route", "full_route_reason", "layers_wrapped", "submodules_wrapped"):
+        setattr(prep, key, plan[key])
+    if not plan["touched"]:
+        return
+    d = prep.discovery
+    hf_config = getattr(d.inner_model, "config", None)
+    configs = dict(_configs(hf_config)) if hf_config is not None else {}
+    for path in plan["use_cache_off"]:
+        configs[path].use_cache = False
+        prep.use_cache_disabled.append(path)
+    ac = config["activation_checkpoint"]
+    rules = {"routing": ac["routing"], "state_writes": ac["state_writes"]}
+    refs = {ref.path: (ref, c.role) for c in d.containers for ref in c.layers}
+    for lp in plan["layers"]:
+        ref, role = refs[lp["path"]]
+        prep.layers.append(PreparedLayer(ref, role, lp["mode"], record_ops, rules))
+        prep.layers[-1].compiled = compile_on
     if prep.full_route == "native":
         _enable_native(d.inner_model)
         prep._native_model = d.inner_model
-    warned_degrade = False
-    for p in prep.layers:
-        if p.mode == "off":
-            if prep.full_route == "native" and hasattr(p.module, "gradient_checkpointing"):
-                p.module.gradient_checkpointing = False  # the native enable turned every layer on
-            continue
-        subs = []
-        if p.mode in ("selective", "budget") and not prep.kv_sharing:
-            p.layer = p.mode
-            if p.mode == "budget":  # one region per layer, as the C++ trainer
-                p.budget = _budget_of(ac["memory_budget"], ac.get("cost", "measured"))
-            _wrap(p.module, p._context_fn(p.budget or "selective"))
-        elif p.mode in ("selective", "budget"):
-            if not warned_degrade:
-                prep.warn(f"{p.mode} with KV sharing degrades to submodule checkpointing (full) of the MLP and "
-                          "norms; attention is not checkpointed")
-                warned_degrade = True
-            subs = _children_named(p.module, [a["mlp"], a["norm1"], a["norm2"], a["mtp"]])
-        elif prep.full_route == "native":
-            p.layer, p.native = "full", True
-            # The model's own path (GradientCheckpointingLayer.__call__), with this layer's hpac region.
-            p.module._gradient_checkpointing_func = functools.partial(
-                torch.utils.checkpoint.checkpoint, use_reentrant=False, context_fn=p._context_fn("full"))
-        elif prep.full_route == "compile":
-            subs = _children_named(p.module, [a["attention"], a["mlp"]])
-        elif prep.kv_sharing:
-            subs = _children_named(p.module, [a["mlp"], a["norm1"], a["norm2"], a["mtp"]])
-        else:
-            subs = _children_named(p.module, [a["mlp"], a["attention"], a["norm1"], a["norm2"], a["mtp"]])
-        for name in subs:
-            _wrap(p.module._modules[name], p._context_fn("full"))
-        p.submodules = subs
-        prep.layers_wrapped += p.layer != "off"
-        prep.submodules_wrapped += len(subs)
+    for p, lp in zip(prep.layers, plan["layers"]):
+        _apply_layer(prep, p, lp, ac)
 
-    planned = sum(p.mode != "off" for p in prep.layers)
-    prep.info(f"wrapped {prep.layers_wrapped} layers whole and {prep.submodules_wrapped} submodules ({planned} of "
-              f"{len(prep.layers)} layers planned non-off)")
-    if prep.layers_wrapped + prep.submodules_wrapped == 0:
-        prep.warn(f"0 modules wrapped: no layer of {d.class_name} could be checkpointed (submodule names outside the "
-                  "alias lists); training runs without activation checkpointing")
-    if compile_on:
-        _compile_layers(prep, prep.layers, compile_backend)
-    return prep
+
+def _apply_layer(prep, p, lp, ac):
+    if lp["mode"] == "off":
+        if prep.full_route == "native" and hasattr(p.module, "gradient_checkpointing"):
+            p.module.gradient_checkpointing = False  # the native enable turned every layer on
+        return
+    p.layer, p.native = lp["layer"], lp["native"]
+    if p.native:
+        # The model's own path (GradientCheckpointingLayer.__call__), with this layer's hpac region.
+        p.module._gradient_checkpointing_func = functools.partial(
+            torch.utils.checkpoint.checkpoint, use_reentrant=False, context_fn=p._context_fn("full"))
+    elif p.layer != "off":  # selective or budget, whole layer; budget: one region per layer, as the C++ trainer
+        if p.layer == "budget":
+            p.budget = _budget_of(ac["memory_budget"], ac.get("cost", "measured"))
+        _wrap(p.module, p._context_fn(p.budget or p.layer))
+    p.submodules = list(lp["submodules"])
+    for name in p.submodules:
+        _wrap(p.module._modules[name], p._context_fn("full"))
 
 
 def _compile_layers(prep, layers, backend):

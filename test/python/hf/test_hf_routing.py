@@ -1,5 +1,5 @@
 """hpac.hf routing on real transformers models: one test per branch of the full-mode decision order (Note [Full
-decision order], tools/trainer/routing.cpp), selective, off, KV sharing, use_cache, state_dict keys, and the
+decision order], tools/trainer/route_plan.cpp), selective, off, KV sharing, use_cache, state_dict keys, and the
 config errors that come from the C++ parser with file:line:col."""
 import pytest
 import torch
