@@ -1,4 +1,4 @@
-# The trainer's YAML side (config, registry) and the route planner on their own:
+# The trainer's YAML side (config, registry), discovery's rules and the route planner on their own:
 # hpac_trainer_config, linked into hpac_trainer and into libhpac_config.so, which
 # exposes them to Python as torch.ops.hpac_config.* (one parser and one planner
 # for both front ends, docs/python.md). Included by tools/trainer/CMakeLists.txt,
@@ -12,6 +12,7 @@ add_library(hpac_trainer_config STATIC
   ${CMAKE_CURRENT_LIST_DIR}/yaml_reader.cpp
   ${CMAKE_CURRENT_LIST_DIR}/config.cpp
   ${CMAKE_CURRENT_LIST_DIR}/registry.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/layer_finder.cpp
   ${CMAKE_CURRENT_LIST_DIR}/route_plan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/route_plan_json.cpp)
 hpac_public_usage(hpac_trainer_config)

@@ -10,6 +10,8 @@
 //   torch.ops.hpac_config.parse_config(text, file) -> str       same, from text
 //   torch.ops.hpac_config.load_registry(path) -> str            JSON of ModelRegistry ("" = the shipped one)
 //   torch.ops.hpac_config.default_registry_path() -> str
+//   torch.ops.hpac_config.find_layers(tree) -> str          JSON of the layers findLayers finds in a JSON
+//                                                            module tree (layer_finder.h, route_plan_json.h)
 //   torch.ops.hpac_config.plan_routes(facts) -> str          JSON of the RoutePlan for JSON route facts
 //                                                            (route_plan.h, route_plan_json.h)
 //
@@ -124,6 +126,12 @@ std::string loadRegistryOp(std::string path) {
 
 std::string defaultRegistryPathOp() { return defaultRegistryPath(); }
 
+std::string findLayersOp(std::string tree_json) {
+  const auto parsed = moduleTreeFromJson(tree_json);
+  const auto& [tree, registry] = valueOrThrow(parsed);
+  return foundLayersJson(valueOrThrow(findLayers(tree, registry)));
+}
+
 std::string planRoutesOp(std::string facts_json) {
   return routePlanJson(valueOrThrow(planRoutes(valueOrThrow(routeFactsFromJson(facts_json)))));
 }
@@ -135,6 +143,7 @@ TORCH_LIBRARY(hpac_config, m) {
   m.def("parse_config(str text, str file) -> str", &parseConfigOp);
   m.def("load_registry(str path) -> str", &loadRegistryOp);
   m.def("default_registry_path() -> str", &defaultRegistryPathOp);
+  m.def("find_layers(str tree) -> str", &findLayersOp);
   m.def("plan_routes(str facts) -> str", &planRoutesOp);
 }
 

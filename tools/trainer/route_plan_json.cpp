@@ -95,7 +95,73 @@ ModelFacts modelFacts(const YAML::Node& node) {
   return m;
 }
 
+ModelRegistry registryOf(const YAML::Node& node) {
+  const std::string w = "registry.";
+  ModelRegistry r;
+  r.file = read<std::string>(node, "file", w);
+  r.default_paths = names(node, "default_paths", w);
+  for (const auto& item : field(node, "retrieval_wrappers", w)) {
+    r.retrieval_wrappers[item.first.as<std::string>()] = item.second.as<std::vector<std::string>>();
+  }
+  for (const auto& item : field(node, "models", w)) {
+    RegistryEntry e;
+    e.class_name = item.first.as<std::string>();
+    e.family = read<std::string>(item.second, "family", w + "models.");
+    e.language = names(item.second, "language", w + "models.");
+    e.vision = names(item.second, "vision", w + "models.");
+    r.models[e.class_name] = e;
+  }
+  return r;
+}
+
+ModuleFacts moduleFacts(const YAML::Node& row) {
+  if (!row.IsSequence() || row.size() != 5) {
+    throw BadFacts("modules: each entry is [path, class_name, kind, children, parameters]");
+  }
+  ModuleFacts m;
+  m.path = row[0].as<std::string>();
+  m.class_name = row[1].as<std::string>();
+  const std::string kind = row[2].as<std::string>();
+  if (kind != "list" && kind != "dict" && kind != "other") {
+    throw BadFacts(absl::StrCat("modules: kind '", kind, "' is not allowed; allowed: list, dict, other"));
+  }
+  m.kind = kind == "list" ? ModuleFacts::Kind::kList
+                          : kind == "dict" ? ModuleFacts::Kind::kDict : ModuleFacts::Kind::kOther;
+  m.children = row[3].as<std::vector<std::string>>();
+  m.parameters = row[4].as<int64_t>();
+  return m;
+}
+
 }  // namespace
+
+absl::StatusOr<std::pair<ModuleTree, ModelRegistry>> moduleTreeFromJson(const std::string& json) {
+  try {
+    const YAML::Node root = YAML::Load(json);
+    ModuleTree tree;
+    for (const YAML::Node& row : field(root, "modules", "")) tree.modules.push_back(moduleFacts(row));
+    return std::make_pair(std::move(tree), registryOf(field(root, "registry", "")));
+  } catch (const BadFacts& e) {
+    return absl::InvalidArgumentError(absl::StrCat("module tree: ", e.what()));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("module tree: not JSON of a module tree: ", e.what()));
+  }
+}
+
+std::string foundLayersJson(const FoundLayers& found) {
+  std::string out = absl::StrCat("{\"class_name\": ", jsonString(found.class_name), ", \"how\": ",
+                                 jsonString(found.how), ", \"tried\": ", jsonStringList(found.tried),
+                                 ", \"inner_path\": ", jsonString(found.inner_path), ", \"containers\": [");
+  for (size_t i = 0; i < found.containers.size(); ++i) {
+    const FoundContainer& c = found.containers[i];
+    absl::StrAppend(&out, i ? ", " : "", "{\"role\": ", jsonString(toString(c.role)), ", \"path\": ",
+                    jsonString(c.path), ", \"layers\": [");
+    for (size_t j = 0; j < c.layers.size(); ++j) {
+      absl::StrAppend(&out, j ? ", " : "", "[", jsonString(c.layers[j].first), ", ", c.layers[j].second, "]");
+    }
+    out += "]}";
+  }
+  return out + "]}";
+}
 
 absl::StatusOr<RouteFacts> routeFactsFromJson(const std::string& json) {
   try {

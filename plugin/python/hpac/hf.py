@@ -100,7 +100,7 @@ def load_registry(path=None):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Discovery (reference design 6.1; tools/trainer/discovery.cpp)
+# Discovery (reference design 6.1): the tree's facts gathered here, the rules in tools/trainer/layer_finder.cpp
 
 class LayerRef:
     __slots__ = ("path", "index", "module")
@@ -134,108 +134,59 @@ class Discovery:
         return self._role("vision")
 
 
-def _numeric_key(key):
-    return key.isdigit() and len(key) <= 9
-
-
-def is_layer_container(module):
-    """A non-empty ModuleList, or a ModuleDict whose keys are all non-negative integers."""
-    if isinstance(module, torch.nn.ModuleList):
-        return len(module) > 0
-    if isinstance(module, torch.nn.ModuleDict):
-        return len(module) > 0 and all(_numeric_key(k) for k in module.keys())
-    return False
-
-
-def resolve_path(root, path):
+def resolve_path(root: torch.nn.Module, path: str) -> Optional[torch.nn.Module]:
+    """The module at dotted `path` below `root` ("" is root itself), or None."""
     at = root
-    for part in path.split("."):
+    for part in path.split(".") if path else []:
         at = at._modules.get(part)
         if at is None:
             return None
     return at
 
 
-def _container(module, role, path):
-    is_list = isinstance(module, torch.nn.ModuleList)
-    layers = [LayerRef(f"{path}.{key}", position if is_list else int(key), child)
-              for position, (key, child) in enumerate(module._modules.items())]
-    return Container(role, path, layers)
+def _kind(module):
+    if isinstance(module, torch.nn.ModuleList):
+        return "list"
+    return "dict" if isinstance(module, torch.nn.ModuleDict) else "other"
 
 
-def _first_container(root, paths, tried):
-    for p in paths:
-        tried.append(p)
-        m = resolve_path(root, p)
-        if m is not None and is_layer_container(m):
-            return p, m
-    return None, None
+def _module_tree(model):
+    """The facts findLayers reads (tools/trainer/layer_finder.h), for every module; parameter counts for the
+    ModuleLists and ModuleDicts only (the containers the largest-container rule weighs)."""
+    rows = []
+    for path, m in model.named_modules(remove_duplicate=False):
+        kind = _kind(m)
+        children = [k for k, v in m._modules.items() if v is not None]
+        params = sum(p.numel() for p in m.parameters()) if kind != "other" and children else 0
+        rows.append([path, type(m).__name__, kind, children, params])
+    return rows
 
 
-def discover(model, registry=None):
-    """Finds the layer containers of `model` as tools/trainer/discovery.cpp does; raises LookupError listing every
-    path tried when there is none."""
+def discover(model: torch.nn.Module, registry: Optional[dict] = None) -> "Discovery":
+    """Finds the layer containers of `model` with the rules of tools/trainer/layer_finder.h (the function the C++
+    trainer's discovery calls, through torch.ops.hpac_config.find_layers): the module tree's facts in, the containers
+    mapped back to their modules.
+
+    Args:
+        model: the root module; its class name is looked up in the registry.
+        registry: a dict from load_registry (default: the shipped one).
+
+    Raises:
+        LookupError listing every path tried when there is no layer container.
+    """
     registry = registry if registry is not None else load_registry()
-    d = Discovery(type(model).__name__)
-    inner_paths = registry["retrieval_wrappers"].get(d.class_name)
-    if inner_paths is not None:
-        for p in inner_paths:
-            d.tried.append(p)
-            inner = resolve_path(model, p)
-            if inner is None:
-                continue
-            try:
-                sub = discover(inner, registry)
-            except LookupError as e:
-                raise LookupError(f"retrieval wrapper {d.class_name} -> {p}: {e}") from None
-            d.how = f"retrieval wrapper {d.class_name} -> inner model '{p}' ({sub.class_name}): {sub.how}"
-            d.tried += [f"{p}.{t}" for t in sub.tried]
-            for c in sub.containers:
-                c.path = f"{p}.{c.path}"
-                for layer in c.layers:
-                    layer.path = f"{p}.{layer.path}"
-                d.containers.append(c)
-            d.inner_model = sub.inner_model
-            return d
-        raise LookupError(f"no layer container in {d.class_name}: it is a registered retrieval wrapper but none of "
-                          f"its inner model paths exists; tried: {', '.join(d.tried)}")
-    d.inner_model = model
-
-    entry = registry["models"].get(d.class_name)
-    if entry is not None:
-        path, language = _first_container(model, entry["language"], d.tried)
-        if language is None:
-            raise LookupError(
-                f"no layer container in {d.class_name} (registered, family {entry['family']}): none of its language "
-                f"paths is a non-empty ModuleList or numeric-key ModuleDict; tried: {', '.join(d.tried)}. Registered "
-                f"models do not fall back to heuristics: fix the entry in {registry['file']}")
-        d.containers.append(_container(language, "language", path))
-        d.how = f"registry: {d.class_name} (family {entry['family']}), language tower at {path}"
-        vpath, vision = _first_container(model, entry["vision"], d.tried)
-        if vision is not None:
-            d.containers.append(_container(vision, "vision", vpath))
-            d.how += f", vision tower at {vpath}"
-        return d
-
-    path, found = _first_container(model, registry["default_paths"], d.tried)
-    if found is not None:
-        d.containers.append(_container(found, "language", path))
-        d.how = f"default path {path}"
-        return d
-
-    d.tried.append("largest ModuleList / numeric-key ModuleDict")
-    best, best_params = None, -1
-    for name, m in model.named_modules(remove_duplicate=False):
-        if not name or not is_layer_container(m):
-            continue
-        n = sum(p.numel() for p in m.parameters())
-        if n > best_params:
-            best, best_params, path = m, n, name
-    if best is None:
-        raise LookupError(f"no layer container in {d.class_name} (not registered); tried: {', '.join(d.tried)} "
-                          f"(none found). Register the class in {registry['file']}")
-    d.containers.append(_container(best, "language", path))
-    d.how = f"largest container {path} ({best_params} parameters)"
+    load_config_library()
+    try:
+        found = json.loads(torch.ops.hpac_config.find_layers(
+            json.dumps({"registry": registry, "modules": _module_tree(model)})))
+    except RuntimeError as e:
+        raise LookupError(str(e)) from None
+    d = Discovery(found["class_name"])
+    d.how, d.tried = found["how"], found["tried"]
+    d.inner_model = resolve_path(model, found["inner_path"])
+    d.containers = [Container(c["role"], c["path"], [LayerRef(path, index, resolve_path(model, path))
+                                                     for path, index in c["layers"]])
+                    for c in found["containers"]]
     return d
 
 
