@@ -20,17 +20,23 @@ ModuleFacts::Kind kindOf(const torch::nn::Module& module) {
   return ModuleFacts::Kind::kOther;
 }
 
-// The facts findLayers reads, for every module of the tree.
-ModuleTree treeOf(torch::nn::Module& root) {
+ModuleFacts factsOf(const std::string& path, const torch::nn::Module& module) {
+  ModuleFacts m;
+  m.path = path;
+  m.class_name = module.name();
+  m.kind = kindOf(module);
+  for (const auto& child : module.named_children()) m.children.push_back(child.key());
+  if (isLayerContainer(m)) m.parameters = parameterCount(module);
+  return m;
+}
+
+// The facts findLayers reads, for every module of the tree (the root may live on the stack: it is not asked for a
+// shared_ptr of itself).
+ModuleTree treeOf(const torch::nn::Module& root) {
   ModuleTree tree;
-  for (const auto& item : root.named_modules("", /*include_self=*/true)) {
-    ModuleFacts m;
-    m.path = item.key();
-    m.class_name = item.value()->name();
-    m.kind = kindOf(*item.value());
-    for (const auto& child : item.value()->named_children()) m.children.push_back(child.key());
-    if (isLayerContainer(m)) m.parameters = parameterCount(*item.value());
-    tree.modules.push_back(std::move(m));
+  tree.modules.push_back(factsOf("", root));
+  for (const auto& item : root.named_modules("", /*include_self=*/false)) {
+    tree.modules.push_back(factsOf(item.key(), *item.value()));
   }
   return tree;
 }
