@@ -81,20 +81,33 @@ def load_config_library(path: Optional[str] = None) -> Optional[str]:
         return found
 
 
-def load_config(path):
+def load_config(path: Union[str, os.PathLike]) -> dict:
     """The hpac-train YAML at `path`, validated by the C++ parser, as a dict (Note [Config JSON] in
-    tools/trainer/config_ops.cpp). Bad input raises RuntimeError with file:line:col."""
+    tools/trainer/config_ops.cpp).
+
+    Args:
+        path: the YAML file.
+
+    Raises:
+        RuntimeError with the parser's "file:line:col: key: message" for bad input.
+    """
     load_config_library()
     return json.loads(torch.ops.hpac_config.load_config(str(path)))
 
 
-def parse_config(text, file="<string>"):
+def parse_config(text: str, file: str = "<string>") -> dict:
+    """As load_config, from YAML text; `file` names it in errors."""
     load_config_library()
     return json.loads(torch.ops.hpac_config.parse_config(text, file))
 
 
-def load_registry(path=None):
-    """The model registry (default: the shipped tools/trainer/model_registry.yaml, or $HPAC_MODEL_REGISTRY)."""
+def load_registry(path: Optional[Union[str, os.PathLike]] = None) -> dict:
+    """The model registry as a dict, read by the C++ parser.
+
+    Args:
+        path: a registry YAML; default $HPAC_MODEL_REGISTRY, else the shipped one (the installed package's
+            hpac/share/hpac/model_registry.yaml, or tools/trainer/model_registry.yaml of the build's source).
+    """
     load_config_library()
     return json.loads(torch.ops.hpac_config.load_registry(str(path) if path else ""))
 
@@ -268,12 +281,13 @@ class Preparation:
             return self.full_route
         return "budget" if any(p.layer == "budget" for p in self.layers) else "selective"
 
-    def take_layer_stats(self):
+    def take_layer_stats(self) -> list:
         """hpac's counters summed over each prepared layer's calls since the last take (call after backward)."""
         return [layer.take_stats() for layer in self.layers]
 
 
-def log_to_stderr(level, message):
+def log_to_stderr(level: str, message: str) -> None:
+    """prepare's default log: "[hpac] message", "[hpac] warning: message" on stderr."""
     print(f"[hpac] {'warning: ' if level == 'warning' else ''}{message}", file=sys.stderr)
 
 
@@ -322,7 +336,7 @@ def _enable_native(model):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
-def plan_routes(facts):
+def plan_routes(facts: dict) -> dict:
     """The route plan (tools/trainer/route_plan.h: every rule of model preparation, the same function the C++
     trainer calls) for route facts given as a dict (the JSON of tools/trainer/route_plan_json.h). Returns the plan
     as a dict. A config the rules refuse raises ValueError naming the file or key."""
@@ -459,8 +473,8 @@ def _compile_layers(prep, layers, backend):
                   "'batched_mm' or 'grouped_mm' to compile the MoE layers")
 
 
-def unprepare(model, prep):
-    """Undoes prepare's wrapping (use_cache is left as prepare set it)."""
+def unprepare(model: torch.nn.Module, prep: "Preparation") -> None:
+    """Undoes prepare's wrapping and compiling of `model` (use_cache is left as prepare set it)."""
     for module in prep._compiled_modules:
         module._compiled_call_impl = None  # undoes module.compile()
     for p in prep.layers:
