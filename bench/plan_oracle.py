@@ -47,7 +47,7 @@ def timed_step(model, ids):
     return t1 - t0, t2 - t1, [p.grad for p in model.parameters()]
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budgets", default="0.1,0.3,0.5,0.7,0.9")
     ap.add_argument("--steps", type=int, default=7, help="measured steps per plan, after one warm-up")
@@ -56,19 +56,113 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "plan_oracle.json"))
     args = ap.parse_args()
     try:
-        budgets = [float(b) for b in args.budgets.split(",")]
+        args.budgets = [float(b) for b in args.budgets.split(",")]
     except ValueError:
         ap.error(f"--budgets {args.budgets!r} is not allowed; allowed: comma-separated fractions in [0, 1]")
-    if not all(0 <= b <= 1 for b in budgets) or args.steps < 1 or args.profiles < 1:
+    if not all(0 <= b <= 1 for b in args.budgets) or args.steps < 1 or args.profiles < 1:
         ap.error("allowed: --budgets fractions in [0, 1], --steps and --profiles positive integers")
+    return args
+
+
+def plan_files(base, fraction, batch, profiles, tmp):
+    """Profiles a copy of `base`, every layer its own budget region, and writes three plans per layer: hpac's, the
+    MILP's optimum and hpac's additive knapsack alone. Returns ({name: [plan path per layer]}, {name: predicted
+    figures summed over the layers}, the regions)."""
+    import hpac
+    import plan_oracle
+    profiled = copy.deepcopy(base)
+    regions = [hpac.budget(fraction, profile_invocations=profiles) for _ in profiled.model.layers]
+    for layer, b in zip(profiled.model.layers, regions):
+        hpac.checkpoint_wrapper(layer, mode=b)
+    for step in range(profiles):
+        timed_step(profiled, batch(step))
+    plans = {"hpac": [], "optimum": [], "hpac_additive": []}
+    predicted = {k: {"additive_micros": 0.0, "dataflow_micros": 0.0, "kept_bytes": 0} for k in plans}
+    for i, b in enumerate(regions):
+        g = plan_oracle.region_groups(b)
+        additive = plan_oracle.knapsack_keep(g["bytes"], g["micros"], g["collective"], b.status()["budget_bytes"])
+        texts = {"hpac": b._region.plan_text(), "optimum": plan_oracle.optimal_plan_text(b),
+                 "hpac_additive": b._region.plan_text_keeping([int(k) for k in additive])}
+        for name, text in texts.items():
+            path = os.path.join(tmp, f"{fraction}-{name}-{i}.plan")
+            with open(path, "w") as f:
+                f.write(text)
+            plans[name].append(path)
+            save = [int(r["decision"] == "keep") for r in plan_oracle.plan_decisions(text)]
+            keep = plan_oracle.keep_of_save(save, g["group_of"], len(g["bytes"]))
+            predicted[name]["additive_micros"] += plan_oracle.recompute_micros(keep, g["micros"])
+            predicted[name]["dataflow_micros"] += plan_oracle.plan_recompute_micros(text)
+            predicted[name]["kept_bytes"] += plan_oracle.kept_bytes(keep, g["bytes"], g["collective"])
+    return plans, predicted, regions
+
+
+def replay(base, plans, batch, steps):
+    """Off and every plan (replayed from its files) on their own copies of `base`, interleaved, the order rotated
+    every step, one warm-up step. Returns ({name: {"forward": [s], "backward": [s]}}, {name: gradients bit for bit
+    equal to off's in every step})."""
+    import hpac
+    import hpac.hf_compare as hc
+    from parity import compare
+    models = {"off": copy.deepcopy(base)}
+    for name, paths in plans.items():
+        models[name] = copy.deepcopy(base)
+        for layer, path in zip(models[name].model.layers, paths):
+            hpac.checkpoint_wrapper(layer, mode=hpac.budget(plan=path))
+    times = {k: {"forward": [], "backward": []} for k in models}
+    bitwise = {k: True for k in models}
+    for step in range(steps + 1):
+        grads = {}
+        for name in hc.rotated(list(models), step):
+            fwd, bwd, grads[name] = timed_step(models[name], batch(step))
+            if step:
+                times[name]["forward"].append(fwd)
+                times[name]["backward"].append(bwd)
+        for name in models:
+            bitwise[name] &= compare(grads[name], grads["off"])[0] == 0
+    return times, bitwise
+
+
+def budget_row(fraction, regions, predicted, times, bitwise):
+    row = {"budget": fraction, "budget_bytes": sum(b.status()["budget_bytes"] for b in regions),
+           "layers": len(regions)}
+    for name in times:
+        fwd = statistics.median(times[name]["forward"])
+        bwd = statistics.median(times[name]["backward"])
+        row[name] = {"forward_ms": 1e3 * fwd, "backward_ms": 1e3 * bwd,
+                     "forward_ms_all": [1e3 * t for t in times[name]["forward"]],
+                     "backward_ms_all": [1e3 * t for t in times[name]["backward"]],
+                     "grads_bitwise_equal_off": bool(bitwise[name])}
+        if name in predicted:
+            row[name].update(predicted[name])
+    return row
+
+
+def budget_line(row):
+    hpac, optimum = row["hpac"], row["optimum"]
+    return (f"budget {row['budget']}: predicted additive hpac {hpac['additive_micros']:.0f} vs optimum "
+            f"{optimum['additive_micros']:.0f} µs, dataflow hpac {hpac['dataflow_micros']:.0f}"
+            f" vs optimum {optimum['dataflow_micros']:.0f} µs; backward off / hpac / optimum "
+            + " / ".join(f"{row[k]['backward_ms']:.1f}" for k in ("off", "hpac", "optimum")) + " ms; additive "
+            f"knapsack {row['hpac_additive']['additive_micros']:.0f} µs")
+
+
+def write_results(args, rows, started):
     import torch
+    with open(args.out, "w") as f:
+        json.dump({"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+                   "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""), "config": os.path.relpath(CONFIG, ROOT),
+                   "steps": args.steps, "profiles": args.profiles, "load_average_at_end": os.getloadavg()[0],
+                   "wall_s": time.perf_counter() - started, "rows": rows}, f, indent=1)
+        f.write("\n")
+
+
+def main():
+    args = parse_args()
     import transformers
     transformers.logging.set_verbosity_error()
-    import hpac
     import hpac.hf as hf
     import hpac.hf_compare as hc
-    import plan_oracle
-    from parity import compare
+    import plan_oracle  # noqa: F401 (scipy: missing, the run stops before the first profile)
 
     started = time.perf_counter()
     log = lambda msg: print(f"[plan_oracle {time.perf_counter() - started:.0f}s] {msg}", flush=True)
@@ -79,69 +173,12 @@ def main():
                                         step)
     tmp = tempfile.mkdtemp(prefix="hpac-plan-oracle-")
     rows = []
-    for fraction in budgets:
-        profiled = copy.deepcopy(base)
-        regions = [hpac.budget(fraction, profile_invocations=args.profiles) for _ in profiled.model.layers]
-        for layer, b in zip(profiled.model.layers, regions):
-            hpac.checkpoint_wrapper(layer, mode=b)
-        for step in range(args.profiles):
-            timed_step(profiled, batch(step))
-        plans = {"hpac": [], "optimum": [], "hpac_additive": []}
-        predicted = {k: {"additive_micros": 0.0, "dataflow_micros": 0.0, "kept_bytes": 0} for k in plans}
-        for i, b in enumerate(regions):
-            g = plan_oracle.region_groups(b)
-            additive = plan_oracle.knapsack_keep(g["bytes"], g["micros"], g["collective"], b.status()["budget_bytes"])
-            texts = {"hpac": b._region.plan_text(), "optimum": plan_oracle.optimal_plan_text(b),
-                     "hpac_additive": b._region.plan_text_keeping([int(k) for k in additive])}
-            for name, text in texts.items():
-                path = os.path.join(tmp, f"{fraction}-{name}-{i}.plan")
-                with open(path, "w") as f:
-                    f.write(text)
-                plans[name].append(path)
-                save = [int(r["decision"] == "keep") for r in plan_oracle.plan_decisions(text)]
-                keep = plan_oracle.keep_of_save(save, g["group_of"], len(g["bytes"]))
-                predicted[name]["additive_micros"] += plan_oracle.recompute_micros(keep, g["micros"])
-                predicted[name]["dataflow_micros"] += plan_oracle.plan_recompute_micros(text)
-                predicted[name]["kept_bytes"] += plan_oracle.kept_bytes(keep, g["bytes"], g["collective"])
-        budget_bytes = sum(b.status()["budget_bytes"] for b in regions)
-        models = {"off": copy.deepcopy(base)}
-        for name, paths in plans.items():
-            models[name] = copy.deepcopy(base)
-            for layer, path in zip(models[name].model.layers, paths):
-                hpac.checkpoint_wrapper(layer, mode=hpac.budget(plan=path))
-        times = {k: {"forward": [], "backward": []} for k in models}
-        bitwise = {k: True for k in models}
-        for step in range(args.steps + 1):
-            grads = {}
-            for name in hc.rotated(list(models), step):
-                fwd, bwd, grads[name] = timed_step(models[name], batch(step))
-                if step:
-                    times[name]["forward"].append(fwd)
-                    times[name]["backward"].append(bwd)
-            for name in models:
-                bitwise[name] &= compare(grads[name], grads["off"])[0] == 0
-        row = {"budget": fraction, "budget_bytes": budget_bytes, "layers": len(regions)}
-        for name in models:
-            fwd = statistics.median(times[name]["forward"])
-            bwd = statistics.median(times[name]["backward"])
-            row[name] = {"forward_ms": 1e3 * fwd, "backward_ms": 1e3 * bwd,
-                         "forward_ms_all": [1e3 * t for t in times[name]["forward"]],
-                         "backward_ms_all": [1e3 * t for t in times[name]["backward"]],
-                         "grads_bitwise_equal_off": bool(bitwise[name])}
-            if name in predicted:
-                row[name].update(predicted[name])
-        rows.append(row)
-        log(f"budget {fraction}: predicted additive hpac {predicted['hpac']['additive_micros']:.0f} vs optimum "
-            f"{predicted['optimum']['additive_micros']:.0f} µs, dataflow hpac {predicted['hpac']['dataflow_micros']:.0f}"
-            f" vs optimum {predicted['optimum']['dataflow_micros']:.0f} µs; backward off / hpac / optimum "
-            + " / ".join(f"{row[k]['backward_ms']:.1f}" for k in ("off", "hpac", "optimum")) + " ms; additive "
-            f"knapsack {predicted['hpac_additive']['additive_micros']:.0f} µs")
-        with open(args.out, "w") as f:
-            json.dump({"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-                       "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""), "config": os.path.relpath(CONFIG, ROOT),
-                       "steps": args.steps, "profiles": args.profiles, "load_average_at_end": os.getloadavg()[0],
-                       "wall_s": time.perf_counter() - started, "rows": rows}, f, indent=1)
-            f.write("\n")
+    for fraction in args.budgets:
+        plans, predicted, regions = plan_files(base, fraction, batch, args.profiles, tmp)
+        times, bitwise = replay(base, plans, batch, args.steps)
+        rows.append(budget_row(fraction, regions, predicted, times, bitwise))
+        log(budget_line(rows[-1]))
+        write_results(args, rows, started)
     log(f"wrote {args.out}")
     return 0
 

@@ -38,6 +38,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "test", "python"))
 import hpac  # noqa: E402
+from hpac.hf_compare import rotated  # noqa: E402
 from moe_block import ATTENTION_KINDS, Block  # noqa: E402
 from parity import compare  # noqa: E402
 
@@ -65,11 +66,6 @@ def make_model(a, attention):
     return torch.nn.Sequential(*[Block(hidden=a.hidden, heads=a.heads, experts=a.experts, inter=a.inter,
                                        top_k=a.top_k, dropout=0.1 if attention == "eager" else 0.0,
                                        attention=attention) for _ in range(a.layers)])
-
-
-def rotated(seq, r):
-    r %= len(seq)
-    return list(seq[r:]) + list(seq[:r])
 
 
 def bench_steps(a, attention, seq, deadline):

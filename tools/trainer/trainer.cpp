@@ -152,6 +152,11 @@ StepResult Trainer::step(int64_t index, bool keep_grads) {
   return r;
 }
 
+std::string formatCollectives(const StepCollectives& c) {
+  return absl::StrFormat("  collectives fwd/recompute %d/%d  gathers %d/%d", c.saved_forward, c.saved_recompute,
+                         c.gathers_forward, c.gathers_recompute);
+}
+
 std::string formatStepLine(const StepResult& r, int64_t steps, CheckpointMode mode) {
   const std::string peak = r.peak_bytes < 0 ? "n/a (untracked)" : absl::StrFormat("%8.3f MiB", mib(r.peak_bytes));
   return absl::StrFormat("step %d/%d [%-9s] loss %.6f  step %7.1f ms  peak %s  recomputed %6d  served %5d",
@@ -224,28 +229,31 @@ void checkCollectives(const StepResult& r, CheckpointMode mode, const ParallelSp
   }
 }
 
-std::string formatCollectives(const StepCollectives& c) {
-  return absl::StrFormat("  collectives fwd/recompute %d/%d  gathers %d/%d", c.saved_forward, c.saved_recompute,
-                         c.gathers_forward, c.gathers_recompute);
-}
-
-}  // namespace
-
-absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelRegistry& registry, std::ostream& out,
-                                         const LogFn& log, std::shared_ptr<ParallelRuntime> parallel) {
-  // Budget joins when the config has a memory_budget (one rank only).
-  std::vector<CheckpointMode> modes = {CheckpointMode::kOff, CheckpointMode::kFull, CheckpointMode::kSelective};
-  if (config.activation_checkpoint.memory_budget && !parallel) modes.push_back(CheckpointMode::kBudget);
-  const int n = static_cast<int>(modes.size());
+// The trainers of one comparison: one per mode (off first) and, in a parallel
+// run, the 1-rank reference; `worst` turns a rank's figure into the maximum
+// over the ranks.
+struct Comparison {
+  const TrainConfig& config;
+  std::shared_ptr<ParallelRuntime> parallel;
+  std::vector<CheckpointMode> modes;
   std::vector<std::unique_ptr<Trainer>> trainers;
-  CompareResult result;
-  result.parallel = parallel != nullptr;
-  for (CheckpointMode mode : modes) {
-    TrainConfig c = config;
-    c.activation_checkpoint.mode = mode;
-    c.activation_checkpoint.layers.clear();
+  std::unique_ptr<Trainer> reference;
+  std::vector<std::string> grad_names;  // "input embeddings", then the parameters'
+
+  double worst(double v) const { return parallel ? allReduceScalar(v, parallel->world_pg, /*max=*/true) : v; }
+};
+
+// One trainer per mode (the config's per-layer plan dropped) and its row in
+// `result`; budget joins when the config has a memory_budget (one rank only).
+absl::Status prepareModeTrainers(Comparison& c, const ModelRegistry& registry, const LogFn& log, CompareResult& result) {
+  c.modes = {CheckpointMode::kOff, CheckpointMode::kFull, CheckpointMode::kSelective};
+  if (c.config.activation_checkpoint.memory_budget && !c.parallel) c.modes.push_back(CheckpointMode::kBudget);
+  for (CheckpointMode mode : c.modes) {
+    TrainConfig config = c.config;
+    config.activation_checkpoint.mode = mode;
+    config.activation_checkpoint.layers.clear();
     if (log) log(LogLevel::kInfo, absl::StrCat("preparing the ", toString(mode), " model"));
-    auto t = Trainer::create(c, registry, log, parallel);
+    auto t = Trainer::create(config, registry, log, c.parallel);
     if (!t.ok()) return t.status();
     CompareRow row;
     row.mode = mode;
@@ -253,67 +261,80 @@ absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelR
     row.submodules_wrapped = (*t)->preparation().submodules_wrapped;
     row.route = routeOf((*t)->preparation(), mode);
     result.rows.push_back(row);
-    trainers.push_back(*std::move(t));
+    c.trainers.push_back(*std::move(t));
   }
-  // The 1-rank run: the unsharded model on the whole global batch.
-  std::unique_ptr<Trainer> reference;
-  if (parallel) {
-    TrainConfig c = config;
-    c.parallel = ParallelSpec{};
-    c.train.micro_batch *= config.parallel.dp;
-    c.activation_checkpoint = ActivationCheckpointSpec{};
-    if (log) log(LogLevel::kInfo, "preparing the 1-rank reference model");
-    auto t = Trainer::create(c, registry, log);
-    if (!t.ok()) return t.status();
-    reference = *std::move(t);
+  return absl::OkStatus();
+}
+
+// The 1-rank run: the unsharded model on the whole global batch.
+absl::StatusOr<std::unique_ptr<Trainer>> prepareReference(const TrainConfig& config, const ModelRegistry& registry,
+                                                         const LogFn& log) {
+  TrainConfig c = config;
+  c.parallel = ParallelSpec{};
+  c.train.micro_batch *= config.parallel.dp;
+  c.activation_checkpoint = ActivationCheckpointSpec{};
+  if (log) log(LogLevel::kInfo, "preparing the 1-rank reference model");
+  return Trainer::create(c, registry, log);
+}
+
+// Mode m's step s against off (bit for bit expected) and, in a parallel run,
+// against the 1-rank run `ref_now` (the row's differences) and the
+// composition rules.
+void compareMode(const Comparison& c, int m, int64_t s, std::vector<StepResult>& now, const StepResult& ref_now,
+                 CompareResult& result) {
+  CompareRow& row = result.rows[m];
+  // Against off (the parallel off run, when parallel): bit for bit expected.
+  const double dl = c.worst(scalarDiff(now[m].loss, now[0].loss));
+  const TensorDiff local = compareTensors(now[m].grads, now[0].grads, c.grad_names);
+  const double dg = c.worst(local.max_abs);
+  if (dl != 0 || dg != 0) result.bitwise = false;
+  // v: the maximum over ranks; d: this rank's comparison (its `where` is empty if this rank matched).
+  auto note = [&](double v, const TensorDiff& d) {
+    if (v > row.max_grad_diff && !d.where.empty()) row.worst_grad_at = absl::StrCat("step ", s + 1, ": ", d.where);
+    row.max_grad_diff = std::max(row.max_grad_diff, v);
+  };
+  if (c.parallel) {
+    const double global_loss =
+        allReduceScalar(now[m].loss, c.parallel->dp_pg) / static_cast<double>(c.config.parallel.dp);
+    row.max_loss_diff = std::max(row.max_loss_diff, c.worst(scalarDiff(global_loss, ref_now.loss)));
+    const TensorDiff vs_ref = parallelGradDiff(*c.trainers[m], now[m], *c.reference, ref_now);
+    note(c.worst(vs_ref.max_abs), vs_ref);
+    checkCollectives(now[m], c.modes[m], c.config.parallel, result.failures);
+  } else {
+    row.max_loss_diff = std::max(row.max_loss_diff, dl);
+    note(dg, local);
   }
-  const bool quiet = parallel && parallel->rank != 0;
-  std::vector<std::string> grad_names{"input embeddings"};
-  for (const auto& item : trainers[0]->model().named_parameters()) grad_names.push_back(item.key());
-  auto worst = [&](double v) { return parallel ? allReduceScalar(v, parallel->world_pg, /*max=*/true) : v; };
-  result.bitwise = true;
-  const int64_t steps = config.train.steps;
-  for (int64_t s = 0; s < steps; ++s) {
-    // Rotate the order each step so no mode always runs first (caches, allocator state).
-    std::vector<StepResult> now(n);
-    for (int k = 0; k < n; ++k) {
-      const int m = static_cast<int>((s + k) % n);
-      now[m] = trainers[m]->step(s, /*keep_grads=*/true);
-    }
-    StepResult ref_now;
-    if (reference) ref_now = reference->step(s, /*keep_grads=*/true);
-    for (int m = 0; m < n; ++m) {
-      CompareRow& row = result.rows[m];
-      // Against off (the parallel off run, when parallel): bit for bit expected.
-      const double dl = worst(scalarDiff(now[m].loss, now[0].loss));
-      const TensorDiff local = compareTensors(now[m].grads, now[0].grads, grad_names);
-      const double dg = worst(local.max_abs);
-      if (dl != 0 || dg != 0) result.bitwise = false;
-      // v: the maximum over ranks; d: this rank's comparison (its `where` is empty if this rank matched).
-      auto note = [&](double v, const TensorDiff& d) {
-        if (v > row.max_grad_diff && !d.where.empty()) row.worst_grad_at = absl::StrCat("step ", s + 1, ": ", d.where);
-        row.max_grad_diff = std::max(row.max_grad_diff, v);
-      };
-      if (parallel) {
-        const double global_loss = allReduceScalar(now[m].loss, parallel->dp_pg) / static_cast<double>(config.parallel.dp);
-        row.max_loss_diff = std::max(row.max_loss_diff, worst(scalarDiff(global_loss, ref_now.loss)));
-        const TensorDiff vs_ref = parallelGradDiff(*trainers[m], now[m], *reference, ref_now);
-        note(worst(vs_ref.max_abs), vs_ref);
-        checkCollectives(now[m], modes[m], config.parallel, result.failures);
-      } else {
-        row.max_loss_diff = std::max(row.max_loss_diff, dl);
-        note(dg, local);
-      }
-      if (!quiet) {
-        out << formatStepLine(now[m], steps, modes[m]) << (parallel ? formatCollectives(now[m].collectives) : "")
-            << "\n";
-      }
-    }
-    for (int m = 0; m < n; ++m) {
-      now[m].grads.clear();
-      result.rows[m].steps.push_back(std::move(now[m]));
+}
+
+// Step s of every mode, the order rotated each step so that no mode always
+// runs first (caches, allocator state), and of the reference; one progress
+// line per mode (rank 0 only).
+void compareStep(const Comparison& c, int64_t s, std::ostream& out, CompareResult& result) {
+  const int n = static_cast<int>(c.modes.size());
+  std::vector<StepResult> now(n);
+  for (int k = 0; k < n; ++k) {
+    const int m = static_cast<int>((s + k) % n);
+    now[m] = c.trainers[m]->step(s, /*keep_grads=*/true);
+  }
+  StepResult ref_now;
+  if (c.reference) ref_now = c.reference->step(s, /*keep_grads=*/true);
+  const bool quiet = c.parallel && c.parallel->rank != 0;
+  for (int m = 0; m < n; ++m) {
+    compareMode(c, m, s, now, ref_now, result);
+    if (!quiet) {
+      out << formatStepLine(now[m], c.config.train.steps, c.modes[m])
+          << (c.parallel ? formatCollectives(now[m].collectives) : "") << "\n";
     }
   }
+  for (int m = 0; m < n; ++m) {
+    now[m].grads.clear();
+    result.rows[m].steps.push_back(std::move(now[m]));
+  }
+}
+
+// Each row's peak (max over steps) and median step time; in a parallel run, a
+// failure for full or selective not below off's peak.
+void summariseRows(const Comparison& c, CompareResult& result) {
   for (CompareRow& row : result.rows) {
     std::vector<double> seconds;
     row.peak_bytes = row.steps.front().peak_bytes;
@@ -323,14 +344,33 @@ absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelR
     }
     row.median_seconds = median(seconds);
   }
-  if (parallel) {
-    for (int m = 1; m < 3; ++m) {
-      if (result.rows[m].peak_bytes >= result.rows[0].peak_bytes) {
-        result.failures.push_back(absl::StrCat(toString(modes[m]), " peak ", result.rows[m].peak_bytes,
-                                               " bytes is not below off's ", result.rows[0].peak_bytes));
-      }
+  if (!c.parallel) return;
+  for (int m = 1; m < 3; ++m) {
+    if (result.rows[m].peak_bytes >= result.rows[0].peak_bytes) {
+      result.failures.push_back(absl::StrCat(toString(c.modes[m]), " peak ", result.rows[m].peak_bytes,
+                                             " bytes is not below off's ", result.rows[0].peak_bytes));
     }
   }
+}
+
+}  // namespace
+
+absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelRegistry& registry, std::ostream& out,
+                                         const LogFn& log, std::shared_ptr<ParallelRuntime> parallel) {
+  Comparison c{config, std::move(parallel)};
+  CompareResult result;
+  result.parallel = c.parallel != nullptr;
+  if (absl::Status st = prepareModeTrainers(c, registry, log, result); !st.ok()) return st;
+  if (c.parallel) {
+    auto reference = prepareReference(config, registry, log);
+    if (!reference.ok()) return reference.status();
+    c.reference = *std::move(reference);
+  }
+  c.grad_names = {"input embeddings"};
+  for (const auto& item : c.trainers[0]->model().named_parameters()) c.grad_names.push_back(item.key());
+  result.bitwise = true;
+  for (int64_t s = 0; s < config.train.steps; ++s) compareStep(c, s, out, result);
+  summariseRows(c, result);
   return result;
 }
 

@@ -124,6 +124,8 @@ absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelR
 std::string formatCompareTable(const CompareResult& result);
 // "step 3/6 [selective] loss 5.43210 step 12.3 ms peak 1.23 MiB recomputed 420 served 36"
 std::string formatStepLine(const StepResult& r, int64_t steps, CheckpointMode mode);
+// A parallel step's counts, appended to its step line: "  collectives fwd/recompute 4/0  gathers 2/2"
+std::string formatCollectives(const StepCollectives& c);
 // What this process runs on: BLAS, threads, malloc tunables.
 std::string environmentLine();
 

@@ -29,6 +29,24 @@ class Explanation:
         return self.text
 
 
+def _check_arguments(policy, modes, json_path, svg_path):
+    """explain's refusals, before anything runs."""
+    for m in modes:
+        if m not in EXPLAIN_MODES:
+            raise ValueError(f"hpac.explain: unknown mode {m!r}; allowed: {', '.join(EXPLAIN_MODES)}")
+    if policy is None or policy == "off":
+        raise ValueError(f"hpac.explain: policy {policy!r} checkpoints nothing, so there is nothing to explain; "
+                         "allowed: a policy kind such as 'selective' or 'full', or a save list")
+    for path in (json_path, svg_path):
+        if path is not None:
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+                raise ValueError(f"hpac.explain: cannot write {path!r}: its folder {folder!r} does not exist or "
+                                 "is not writable; give a path in an existing, writable folder")
+    if not torch.is_grad_enabled():
+        raise RuntimeError("hpac.explain needs grad mode on (it runs backward)")
+
+
 def explain(fn: Callable, *args: Any, policy: PolicyLike = "selective", modes: Sequence[str] = EXPLAIN_MODES,
             loss: Optional[Callable[[Any], torch.Tensor]] = None, json_path: Optional[str] = None,
             svg_path: Optional[str] = None, rows: int = 0, name: Optional[str] = None, **kwargs: Any) -> "Explanation":
@@ -52,20 +70,7 @@ def explain(fn: Callable, *args: Any, policy: PolicyLike = "selective", modes: S
     Returns:
         An Explanation (text, data, svg).
     """
-    for m in modes:
-        if m not in EXPLAIN_MODES:
-            raise ValueError(f"hpac.explain: unknown mode {m!r}; allowed: {', '.join(EXPLAIN_MODES)}")
-    if policy is None or policy == "off":
-        raise ValueError(f"hpac.explain: policy {policy!r} checkpoints nothing, so there is nothing to explain; "
-                         "allowed: a policy kind such as 'selective' or 'full', or a save list")
-    for path in (json_path, svg_path):
-        if path is not None:
-            folder = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-                raise ValueError(f"hpac.explain: cannot write {path!r}: its folder {folder!r} does not exist or "
-                                 "is not writable; give a path in an existing, writable folder")
-    if not torch.is_grad_enabled():
-        raise RuntimeError("hpac.explain needs grad mode on (it runs backward)")
+    _check_arguments(policy, modes, json_path, svg_path)
     label = policy if isinstance(policy, str) else "budget" if isinstance(policy, Budget) else "save_list"
     region = name or getattr(fn, "__qualname__", None) or type(fn).__name__
     track_memory()

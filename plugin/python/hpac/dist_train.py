@@ -127,74 +127,148 @@ def _die_hook(rank, step_holder, die_step):
 
 def main(argv=None):
     args = _parse(argv)
+    _import_quietly()
+    import hpac.distributed as hd
+    memory = _Memory(args.device)
+    dist.init_process_group(_backend(args.device), timeout=datetime.timedelta(seconds=args.timeout_s))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    try:
+        config, digest = _load_config(args, rank, world)
+    except (RuntimeError, ValueError) as e:
+        _log(rank, f"error: {e}")
+        return 1
+    job = _Job(args, config, rank, world, memory)
+    if rank == 0:
+        _log(rank, job.banner(digest))
+    try:
+        if job.layout.cp > 1:
+            hd.check_cp_attention(job.build(), job.layout)
+    except ValueError as e:  # the same model on every rank: every rank refuses
+        _log(rank, f"error: {e}")
+        return 1
+    job.build_runs()
+    try:
+        for step in range(job.steps):
+            job.train_step(step)
+    except Exception as e:  # one message on every rank (hpac.distributed.fail_together)
+        _log(rank, f"error: {hd.fail_together(rank, e, job.where)}")
+        return 1
+    return job.finish()
+
+
+def _import_quietly():
+    """transformers and hpac's modules imported with their warnings off (FutureWarning, UserWarning) and
+    transformers' logging at errors only."""
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=UserWarning)
     import transformers
     transformers.logging.set_verbosity_error()
-    import hpac
-    import hpac._dist_oracle as oracle
+    import hpac  # noqa: F401
+    import hpac._dist_oracle  # noqa: F401
+    import hpac.distributed  # noqa: F401
+    import hpac.hf  # noqa: F401
+    import hpac.hf_compare  # noqa: F401
+
+
+def _load_config(args, rank, world):
+    """This rank's config (--rank-config's file for its rank), checked against the other ranks' (the digest, which
+    it returns), the job and the runner's options; fills in args.modes when --modes was not given. Raises
+    ValueError or RuntimeError."""
     import hpac.distributed as hd
     import hpac.hf as hf
-    import hpac.hf_compare as hc
-
-    memory = _Memory(args.device)
-    dist.init_process_group(_backend(args.device), timeout=datetime.timedelta(seconds=args.timeout_s))
-    rank, world = dist.get_rank(), dist.get_world_size()
     path = args.config
     if args.rank_config is not None and args.rank_config[0] == rank:
         path = args.rank_config[1]
-    try:
-        config = hf.load_config(path)
-        digest = hd.check_same_config(config, _runner_settings(args))
-        hd.check_layout(config, world, args.device)
-        hd.check_expert_shard_dim(config, args.expert_shard_dim)
-        if args.experts_regathered_in_recompute and not hd.experts_in_fsdp(config):
-            raise ValueError(f"{path}: --experts-regathered-in-recompute with parallel.fsdp "
-                             f"{str(config['parallel']['fsdp']).lower()} and ep {config['parallel']['ep']} is not "
-                             "allowed: FSDP2 does not shard the experts there; allowed: fsdp: true with ep 1")
-        ac = config["activation_checkpoint"]
-        if args.modes is None:
-            args.modes = ["off", "full", "selective"] + (["budget"] if ac["mode"] == "budget" else [])
-        if "budget" in args.modes and ac["memory_budget"] is None:
-            raise ValueError(f"{path}: --modes {','.join(args.modes)}: mode budget needs "
-                             "activation_checkpoint.memory_budget in the YAML (a fraction in [0, 1] or bytes)")
-    except (RuntimeError, ValueError) as e:
-        _log(rank, f"error: {e}")
-        return 1
-    spec, train = config["model"], config["train"]
-    steps = args.steps or train["steps"]
-    layout = hd.Layout(config["parallel"], rank, world, args.device)
-    layout.build_groups()
-    torch.manual_seed(train["seed"])
-    if rank == 0:
-        _log(rank, f"hpac {hpac.version()}, torch {torch.__version__}, transformers {transformers.__version__}: "
-                   f"Qwen3MoeForCausalLM {spec['num_layers']} layers, hidden {spec['hidden_size']}, "
-                   f"{spec['num_experts']} experts top-{spec['num_experts_per_tok']}; layout {layout.name} on "
-                   f"{world} ranks (tp {layout.tp} x cp {layout.cp} x dp {layout.dp}, ep {layout.ep}, fsdp "
-                   f"{layout.fsdp}) on {args.device}; "
-                   f"{steps} steps; config digest {digest[:16]}; {torch.get_num_threads()} threads per rank"
-                   + _runner_settings(args).replace("\nrunner: ", "; "))
+    config = hf.load_config(path)
+    digest = hd.check_same_config(config, _runner_settings(args))
+    hd.check_layout(config, world, args.device)
+    hd.check_expert_shard_dim(config, args.expert_shard_dim)
+    if args.experts_regathered_in_recompute and not hd.experts_in_fsdp(config):
+        raise ValueError(f"{path}: --experts-regathered-in-recompute with parallel.fsdp "
+                         f"{str(config['parallel']['fsdp']).lower()} and ep {config['parallel']['ep']} is not "
+                         "allowed: FSDP2 does not shard the experts there; allowed: fsdp: true with ep 1")
+    ac = config["activation_checkpoint"]
+    if args.modes is None:
+        args.modes = ["off", "full", "selective"] + (["budget"] if ac["mode"] == "budget" else [])
+    if "budget" in args.modes and ac["memory_budget"] is None:
+        raise ValueError(f"{path}: --modes {','.join(args.modes)}: mode budget needs "
+                         "activation_checkpoint.memory_budget in the YAML (a fraction in [0, 1] or bytes)")
+    return config, digest
 
-    def build():
-        return hc.qwen3_moe_model(spec, train["seed"]).to(args.device)
 
-    try:
-        if layout.cp > 1:
-            hd.check_cp_attention(build(), layout)
-    except ValueError as e:  # the same model on every rank: every rank refuses
-        _log(rank, f"error: {e}")
-        return 1
-    registry = hf.load_registry()
-    reference = None
-    if not args.no_reference:
-        reference = build()
-        ref_opt = torch.optim.AdamW(reference.parameters(), lr=train["lr"], weight_decay=0.0)
-    runs = {}
-    die_step = [0]
-    for mode in args.modes:
-        model = build()
-        tp_partial, expert_params = hd.parallelize(model, config, layout)
-        cfg = copy.deepcopy(config)
+class _Reference:
+    """The 1-rank run: the unsharded model trained on the whole global batch, in every rank's process."""
+
+    def __init__(self, model, lr):
+        self.model = model
+        self.opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+
+    def step(self, global_ids):
+        """Forward and backward; returns (loss, {name: gradient}). The optimizer steps after the modes (opt.step)."""
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.model(input_ids=global_ids, labels=global_ids).loss
+        loss.backward()
+        return loss.detach(), {n: p.grad for n, p in self.model.named_parameters()}
+
+
+class _Job:
+    """One rank's run: the layout, a model per mode (Run) and the 1-rank reference, trained step by step.
+
+    loss and mean_loss hold the last mode's loss until the next mode replaces them, as they always did: the peaks
+    each mode's step measures (above the bytes live at its start) count them."""
+
+    def __init__(self, args, config, rank, world, memory):
+        import hpac.distributed as hd
+        self.args, self.config, self.rank, self.world, self.memory = args, config, rank, world, memory
+        self.spec, self.train = config["model"], config["train"]
+        self.steps = args.steps or self.train["steps"]
+        self.layout = hd.Layout(config["parallel"], rank, world, args.device)
+        self.layout.build_groups()
+        torch.manual_seed(self.train["seed"])
+        self.runs, self.reference, self.plans = {}, None, {}
+        self.current_step = [0]  # 1-based, read by the fault hooks
+        self.where = "before step 1"
+        self.loss = self.mean_loss = None
+        self.plan_dir = None
+        self.early_stop = contextlib.nullcontext if args.early_stop is None else functools.partial(
+            torch.utils.checkpoint.set_checkpoint_early_stop, args.early_stop == "on")
+
+    def banner(self, digest):
+        """Rank 0's first line: versions, model, layout, steps, the config digest and the runner's settings."""
+        import hpac
+        import transformers
+        spec, layout = self.spec, self.layout
+        return (f"hpac {hpac.version()}, torch {torch.__version__}, transformers {transformers.__version__}: "
+                f"Qwen3MoeForCausalLM {spec['num_layers']} layers, hidden {spec['hidden_size']}, "
+                f"{spec['num_experts']} experts top-{spec['num_experts_per_tok']}; layout {layout.name} on "
+                f"{self.world} ranks (tp {layout.tp} x cp {layout.cp} x dp {layout.dp}, ep {layout.ep}, fsdp "
+                f"{layout.fsdp}) on {self.args.device}; "
+                f"{self.steps} steps; config digest {digest[:16]}; {torch.get_num_threads()} threads per rank"
+                + _runner_settings(self.args).replace("\nrunner: ", "; "))
+
+    def build(self):
+        import hpac.hf_compare as hc
+        return hc.qwen3_moe_model(self.spec, self.train["seed"]).to(self.args.device)
+
+    def build_runs(self):
+        """The 1-rank reference (unless --no-reference) and one parallelised, checkpoint-wrapped model per mode."""
+        import hpac.hf as hf
+        registry = hf.load_registry()
+        if not self.args.no_reference:
+            self.reference = _Reference(self.build(), self.train["lr"])
+        for mode in self.args.modes:
+            self.runs[mode] = self._build_run(mode, registry)
+        self.plan_dir = self.args.budget_plans or tempfile.mkdtemp(prefix=f"hpac-plans-rank{self.rank}-")
+        if self.args.budget_plans:
+            self.plan_dir = os.path.join(self.plan_dir, f"rank{self.rank}")
+
+    def _build_run(self, mode, registry):
+        import hpac.distributed as hd
+        import hpac.hf as hf
+        args, layout = self.args, self.layout
+        model = self.build()
+        tp_partial, expert_params = hd.parallelize(model, self.config, layout)
+        cfg = copy.deepcopy(self.config)
         cfg["activation_checkpoint"]["mode"] = mode
         cfg["activation_checkpoint"]["layers"] = []
         # The order torchtitan uses: checkpoint wrap, then compile per layer (both in prepare), then FSDP2.
@@ -203,136 +277,179 @@ def main(argv=None):
             hd.shard(model, layout, expert_params, args.expert_shard_dim)
             if args.experts_regathered_in_recompute:
                 hd.regather_experts_in_recompute(model)
-        if mode == "budget" and args.diverge_rank == rank:
+        if mode == "budget" and args.diverge_rank == self.rank:
             model.model.layers[0].mlp.register_forward_hook(
-                lambda module, a, output: output * 1.0 if die_step[0] >= args.diverge_step else None)
-        if mode == "selective" and args.die_rank == rank:
-            model.model.layers[min(1, spec["num_layers"] - 1)].mlp.register_forward_hook(
-                _die_hook(rank, die_step, args.die_step))
-        opt = torch.optim.AdamW(model.parameters(), lr=train["lr"], weight_decay=0.0)
-        runs[mode] = Run(mode, model, prep, opt, tp_partial, expert_params)
+                lambda module, a, output: output * 1.0 if self.current_step[0] >= args.diverge_step else None)
+        if mode == "selective" and args.die_rank == self.rank:
+            model.model.layers[min(1, self.spec["num_layers"] - 1)].mlp.register_forward_hook(
+                _die_hook(self.rank, self.current_step, args.die_step))
+        opt = torch.optim.AdamW(model.parameters(), lr=self.train["lr"], weight_decay=0.0)
+        return Run(mode, model, prep, opt, tp_partial, expert_params)
 
-    plan_dir = args.budget_plans or tempfile.mkdtemp(prefix=f"hpac-plans-rank{rank}-")
-    if args.budget_plans:
-        plan_dir = os.path.join(plan_dir, f"rank{rank}")
-    plans = {}
-    mb = train["micro_batch"]
-    early_stop = contextlib.nullcontext if args.early_stop is None else functools.partial(
-        torch.utils.checkpoint.set_checkpoint_early_stop, args.early_stop == "on")
-    where = ["before step 1"]
-    try:
-        for step in range(steps):
-            die_step[0] = step + 1
-            global_ids = hc.token_batch(spec["vocab_size"], mb * layout.dp, train["seq_len"], train["seed"],
-                                        step).to(args.device)
-            local_ids = global_ids[layout.dp_rank * mb:(layout.dp_rank + 1) * mb]
-            ref_grads = ref_loss = None
-            if reference is not None:
-                ref_opt.zero_grad(set_to_none=True)
-                loss = reference(input_ids=global_ids, labels=global_ids).loss
-                loss.backward()
-                ref_loss = loss.detach()
-                ref_grads = {n: p.grad for n, p in reference.named_parameters()}
-            grads = {}
-            for mode in hc.rotated(args.modes, step):
-                run = runs[mode]
-                where[0] = f"step {step + 1}, mode {mode}"
-                run.opt.zero_grad(set_to_none=True)
-                stage = _budget_stage(run.prep) if mode == "budget" else None
-                start = memory.reset_peak()
-                t0 = time.perf_counter()
-                with early_stop():
-                    if layout.cp > 1:
-                        loss = hd.context_parallel_step(run.model, local_ids, layout)
-                    else:
-                        loss = run.model(input_ids=local_ids, labels=local_ids).loss
-                        loss.backward()
-                hd.reduce_gradients(run.model, layout, run.tp_partial, run.expert_params)
-                elapsed = memory.elapsed(t0)
-                peak = memory.peak() - start
-                stats = run.prep.take_layer_stats()
-                counts = oracle.phase_counts(stats)
-                mean_loss = loss.detach().clone()
-                dist.all_reduce(mean_loss)
-                mean_loss /= world // layout.cp  # the cp ranks hold parts of one loss
-                named = [(n, oracle.full_grad(p)) for n, p in run.model.named_parameters()]
-                grads[mode] = named
-                row = {"step": step + 1, "loss": mean_loss.item(), "peak_bytes": peak, "time_s": elapsed,
-                       "counts": counts, "ignored": sum(s.get("ignored", 0) for s in stats),
-                       "saved": sum(s.get("saved", 0) for s in stats), "served": sum(s.get("served", 0) for s in stats),
-                       "skipped": sum(s.get("skipped", 0) for s in stats),
-                       "recompute_ops": sum(n for s in stats for k, n in s.items() if k.startswith("log:recompute "))}
-                if stage is not None:
-                    row["budget_stage"] = stage
-                if reference is not None:
-                    row["dloss_1rank"] = hc.max_abs_diff(mean_loss, ref_loss)
-                    row["dgrad_1rank"] = max(hc.max_abs_diff(
-                        g, oracle.reference_slice(n, ref_grads[n], layout, spec)) for n, g in named)
-                run.rows.append(row)
-                _log(rank, f"{layout.name} {mode} step {step + 1}: loss {row['loss']:.6f}"
-                           + (f" |dloss| {row['dloss_1rank']:.2g} |dgrad| {row['dgrad_1rank']:.2g} vs 1 rank"
-                              if reference is not None else "")
-                           + f", peak {peak / 2**20:.2f} MiB, skipped {row['skipped']}; " + oracle.format_counts(counts))
-                run.opt.step()
-                if mode == "budget" and step == 0:
-                    plans = hd.share_budget_plans(run.prep, layout, plan_dir)
-                    _log(rank, f"budget: every layer replays rank 0's plan from step 2 on (sha256 "
-                               f"{', '.join(d[:12] for d in plans['held'])}); this rank's own plans "
-                               f"{', '.join(d[:12] for d in plans['own'])}")
-            if "off" in grads:
-                for mode, named in grads.items():
-                    row = runs[mode].rows[-1]
-                    row["dloss_off"] = abs(row["loss"] - runs["off"].rows[-1]["loss"]) if row["loss"] == row["loss"] \
-                        else float("inf")
-                    row["dgrad_off"] = max(hc.max_abs_diff(g, g0) for (_, g), (_, g0) in zip(named, grads["off"]))
-            if reference is not None:
-                ref_opt.step()
-            # What the step leaves behind: every mode's parameters, gradients and optimizer state (and the 1-rank
-            # run's), nothing of its activations or checkpoint storage. Garbage in reference cycles (autograd and
-            # checkpoint objects) is collected first: it is not retained, only not yet freed (measured: 32 KiB alive at
-            # one step end in 20, freed by the next).
-            grads = named = loss = mean_loss = ref_grads = ref_loss = None
-            # Every rank past its step's collectives (Gloo frees a finished collective's buffers on its own threads).
-            dist.barrier()
-            gc.collect()
-            after = memory.current()
-            for run in runs.values():
-                run.rows[-1]["bytes_after_step"] = after
-            _log(rank, f"step {step + 1}: {after} tensor bytes live after the step")
+    def train_step(self, step):
+        """One step: the reference, then every mode in the step's rotated order, each compared with the reference
+        and with off; then the bytes live after the step."""
+        import hpac.hf_compare as hc
+        self.current_step[0] = step + 1
+        mb, layout = self.train["micro_batch"], self.layout
+        global_ids = hc.token_batch(self.spec["vocab_size"], mb * layout.dp, self.train["seq_len"],
+                                    self.train["seed"], step).to(self.args.device)
+        local_ids = global_ids[layout.dp_rank * mb:(layout.dp_rank + 1) * mb]
+        ref = self.reference.step(global_ids) if self.reference is not None else None
+        grads = {}
+        for mode in hc.rotated(self.args.modes, step):
+            grads[mode] = self._train_mode(self.runs[mode], step, local_ids, ref)
+        if "off" in grads:
+            self._compare_with_off(grads)
+        if self.reference is not None:
+            self.reference.opt.step()
+        # What the step leaves behind: every mode's parameters, gradients and optimizer state (and the 1-rank
+        # run's), nothing of its activations or checkpoint storage (the token batch aside).
+        grads = ref = self.loss = self.mean_loss = None
+        self._record_bytes_after_step(step)
 
-    except Exception as e:  # one message on every rank (hpac.distributed.fail_together)
-        _log(rank, f"error: {hd.fail_together(rank, e, where[0])}")
-        return 1
-    mine = {"rank": rank, "budget_plans": plans, "modes": {m: r.rows for m, r in runs.items()}, "compiled": bool(train["compile"]),
-            "traced_regions": len(hpac._compile.TRACED), "early_stop": args.early_stop,
-            "expert_placements": {n: repr(getattr(p, "placements", ["(not sharded)"])[0])
-                                  for n, p in runs[args.modes[0]].model.named_parameters() if ".mlp.experts." in n}}
-    failures = check(mine, args, layout)
-    for f in failures:
-        _log(rank, "FAIL: " + f)
-    everyone = [None] * world
-    dist.all_gather_object(everyone, (mine, failures))
-    if rank == 0 and args.json:
-        with open(args.json, "w") as f:
+    def _train_mode(self, run, step, local_ids, ref):
+        """One mode's step: forward, backward, gradient reductions, its row (loss, peak, counts, differences
+        from the 1-rank run `ref`: (loss, {name: gradient}) or None), its optimizer step. Returns its gradients as
+        [(name, full gradient)]."""
+        import hpac._dist_oracle as oracle
+        import hpac.distributed as hd
+        mode, layout, memory = run.mode, self.layout, self.memory
+        self.where = f"step {step + 1}, mode {mode}"
+        run.opt.zero_grad(set_to_none=True)
+        stage = _budget_stage(run.prep) if mode == "budget" else None
+        start = memory.reset_peak()
+        t0 = time.perf_counter()
+        with self.early_stop():
+            if layout.cp > 1:
+                self.loss = hd.context_parallel_step(run.model, local_ids, layout)
+            else:
+                self.loss = run.model(input_ids=local_ids, labels=local_ids).loss
+                self.loss.backward()
+        hd.reduce_gradients(run.model, layout, run.tp_partial, run.expert_params)
+        elapsed = memory.elapsed(t0)
+        peak = memory.peak() - start
+        stats = run.prep.take_layer_stats()
+        self.mean_loss = self.loss.detach().clone()
+        dist.all_reduce(self.mean_loss)
+        self.mean_loss /= self.world // layout.cp  # the cp ranks hold parts of one loss
+        named = [(n, oracle.full_grad(p)) for n, p in run.model.named_parameters()]
+        row = _row(step, self.mean_loss.item(), peak, elapsed, stats, stage)
+        if ref is not None:
+            self._compare_with_reference(row, named, ref)
+        run.rows.append(row)
+        self._log_row(mode, row)
+        run.opt.step()
+        if mode == "budget" and step == 0:
+            self._share_budget_plans(run)
+        return named
+
+    def _compare_with_reference(self, row, named, ref):
+        import hpac._dist_oracle as oracle
+        import hpac.hf_compare as hc
+        ref_loss, ref_grads = ref
+        row["dloss_1rank"] = hc.max_abs_diff(self.mean_loss, ref_loss)
+        row["dgrad_1rank"] = max(hc.max_abs_diff(
+            g, oracle.reference_slice(n, ref_grads[n], self.layout, self.spec)) for n, g in named)
+
+    def _log_row(self, mode, row):
+        import hpac._dist_oracle as oracle
+        _log(self.rank, f"{self.layout.name} {mode} step {row['step']}: loss {row['loss']:.6f}"
+                        + (f" |dloss| {row['dloss_1rank']:.2g} |dgrad| {row['dgrad_1rank']:.2g} vs 1 rank"
+                           if self.reference is not None else "")
+                        + f", peak {row['peak_bytes'] / 2**20:.2f} MiB, skipped {row['skipped']}; "
+                        + oracle.format_counts(row["counts"]))
+
+    def _share_budget_plans(self, run):
+        """After the budget run's first step (its profile): every rank replays rank 0's plan from step 2 on."""
+        import hpac.distributed as hd
+        self.plans = hd.share_budget_plans(run.prep, self.layout, self.plan_dir)
+        _log(self.rank, f"budget: every layer replays rank 0's plan from step 2 on (sha256 "
+                        f"{', '.join(d[:12] for d in self.plans['held'])}); this rank's own plans "
+                        f"{', '.join(d[:12] for d in self.plans['own'])}")
+
+    def _compare_with_off(self, grads):
+        """Every mode's last row against off's on the same layout: |dloss| (inf for a NaN loss) and |dgrad|."""
+        import hpac.hf_compare as hc
+        off = self.runs["off"].rows[-1]
+        for mode, named in grads.items():
+            row = self.runs[mode].rows[-1]
+            row["dloss_off"] = abs(row["loss"] - off["loss"]) if row["loss"] == row["loss"] else float("inf")
+            row["dgrad_off"] = max(hc.max_abs_diff(g, g0) for (_, g), (_, g0) in zip(named, grads["off"]))
+
+    def _record_bytes_after_step(self, step):
+        # Garbage in reference cycles (autograd and checkpoint objects) is collected first: it is not retained, only
+        # not yet freed (measured: 32 KiB alive at one step end in 20, freed by the next). Every rank past its
+        # step's collectives first (Gloo frees a finished collective's buffers on its own threads).
+        dist.barrier()
+        gc.collect()
+        after = self.memory.current()
+        for run in self.runs.values():
+            run.rows[-1]["bytes_after_step"] = after
+        _log(self.rank, f"step {step + 1}: {after} tensor bytes live after the step")
+
+    def finish(self):
+        """This rank's checks, every rank's figures gathered (rank 0 writes --json), the verdict line; returns the
+        exit status."""
+        import hpac
+        args, train, layout = self.args, self.train, self.layout
+        mine = {"rank": self.rank, "budget_plans": self.plans, "modes": {m: r.rows for m, r in self.runs.items()},
+                "compiled": bool(train["compile"]), "traced_regions": len(hpac._compile.TRACED),
+                "early_stop": args.early_stop,
+                "expert_placements": {n: repr(getattr(p, "placements", ["(not sharded)"])[0])
+                                      for n, p in self.runs[args.modes[0]].model.named_parameters()
+                                      if ".mlp.experts." in n}}
+        failures = check(mine, args, layout)
+        for f in failures:
+            _log(self.rank, "FAIL: " + f)
+        everyone = [None] * self.world
+        dist.all_gather_object(everyone, (mine, failures))
+        if self.rank == 0 and args.json:
+            self._write_json(args.json, [e[0] for e in everyone])
+        bad = [r for r, (_, fails) in enumerate(everyone) if fails]
+        dist.barrier()
+        dist.destroy_process_group()
+        if bad:
+            _log(self.rank, f"FAIL on ranks {', '.join(map(str, bad))}")
+            return 1
+        _log(self.rank, f"OK: {layout.name}, {self.steps} steps, modes {', '.join(args.modes)}: "
+                        f"{', '.join(self._claims())}")
+        return 0
+
+    def _write_json(self, path, per_rank):
+        import hpac
+        import transformers
+        with open(path, "w") as f:
             json.dump({"torch": torch.__version__, "transformers": transformers.__version__, "hpac": hpac.version(),
-                       "layout": layout.name, "ranks": world, "parallel": config["parallel"], "model": spec,
-                       "train": dict(train, steps=steps), "threads_per_rank": torch.get_num_threads(),
-                       "per_rank": [e[0] for e in everyone]}, f, indent=1)
-    bad = [r for r, (_, fails) in enumerate(everyone) if fails]
-    dist.barrier()
-    dist.destroy_process_group()
-    if bad:
-        _log(rank, f"FAIL on ranks {', '.join(map(str, bad))}")
-        return 1
-    claims = [] if args.no_reference else [f"every rank within {args.tolerance:g} of the 1-rank run"]
-    if "off" in args.modes and len(args.modes) > 1:
-        same = f"within {args.tolerance:g} of" if train["compile"] else "bit for bit with"
-        claims.append(f"full and selective {same} off" if len(args.modes) == 3 else
-                      f"{[m for m in args.modes if m != 'off'][0]} {same} off")
-    claims.append(f"compiled per layer ({args.compile_backend}), {len(hpac._compile.TRACED)} regions traced by "
-                  "hpac's policy" if train["compile"] else "the collective and FSDP counts follow hpac's rules")
-    _log(rank, f"OK: {layout.name}, {steps} steps, modes {', '.join(args.modes)}: {', '.join(claims)}")
-    return 0
+                       "layout": self.layout.name, "ranks": self.world, "parallel": self.config["parallel"],
+                       "model": self.spec, "train": dict(self.train, steps=self.steps),
+                       "threads_per_rank": torch.get_num_threads(), "per_rank": per_rank}, f, indent=1)
+
+    def _claims(self):
+        """What the OK line claims: only what the modes run compared."""
+        import hpac
+        args, train = self.args, self.train
+        claims = [] if args.no_reference else [f"every rank within {args.tolerance:g} of the 1-rank run"]
+        if "off" in args.modes and len(args.modes) > 1:
+            same = f"within {args.tolerance:g} of" if train["compile"] else "bit for bit with"
+            claims.append(f"full and selective {same} off" if len(args.modes) == 3 else
+                          f"{[m for m in args.modes if m != 'off'][0]} {same} off")
+        claims.append(f"compiled per layer ({args.compile_backend}), {len(hpac._compile.TRACED)} regions traced by "
+                      "hpac's policy" if train["compile"] else "the collective and FSDP counts follow hpac's rules")
+        return claims
+
+
+def _row(step, loss, peak, elapsed, stats, stage):
+    """A mode's row for one step: loss, peak tensor bytes, time, per-phase counts and the op log's totals."""
+    import hpac._dist_oracle as oracle
+    row = {"step": step + 1, "loss": loss, "peak_bytes": peak, "time_s": elapsed,
+           "counts": oracle.phase_counts(stats), "ignored": sum(s.get("ignored", 0) for s in stats),
+           "saved": sum(s.get("saved", 0) for s in stats), "served": sum(s.get("served", 0) for s in stats),
+           "skipped": sum(s.get("skipped", 0) for s in stats),
+           "recompute_ops": sum(n for s in stats for k, n in s.items() if k.startswith("log:recompute "))}
+    if stage is not None:
+        row["budget_stage"] = stage
+    return row
 
 
 def _backend(device):
