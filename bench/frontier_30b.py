@@ -91,7 +91,7 @@ def apply(model, mode, budgets):
             continue
         family, _, fraction = mode.partition(":")
         if family == "context_fn":  # torch.utils.checkpoint's frame with hpac's regions (early stop: torch's default)
-            hf._wrap(layer, hpac.context_fn(budgets[fraction][i]))
+            hf.wrap_torch_checkpoint(layer, hpac.context_fn(budgets[fraction][i]))
             continue
         hpac.checkpoint_wrapper(layer, mode=budgets[fraction][i] if family == "budget" else family)
 

@@ -256,7 +256,6 @@ def share_budget_plans(prep, layout, plan_dir):
     message naming the rank, the layer and the first differing op; a rank whose region leaves the shared plan in a
     later step raises hpac's mismatch error there, and fail_together makes every rank report it."""
     import hpac
-    import hpac.hf as hf
     layers = [p for p in prep.layers if p.budget is not None]
     os.makedirs(plan_dir, exist_ok=True)
     own = []
@@ -283,8 +282,7 @@ def share_budget_plans(prep, layout, plan_dir):
         path = os.path.join(plan_dir, f"layer{p.index}.from-rank0.plan")
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
-        p.budget = hpac.budget(plan=path)
-        hf._wrap(p.module, p._context_fn(p.budget))  # prepare's wrap, with the layer's op log, on the new region
+        p.use_budget(hpac.budget(plan=path))  # prepare's wrap, with the layer's op log, on the new region
         check = os.path.join(plan_dir, f"layer{p.index}.rank{layout.rank}.held.plan")
         p.budget.save_plan(check)  # what the region holds now, written back from C++
         held.append(_read(check))

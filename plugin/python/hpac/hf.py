@@ -43,7 +43,7 @@ from hpac._wrap import unwrap_checkpoint, wrap_forward
 
 __all__ = [
     "load_config_library", "load_config", "parse_config", "load_registry", "discover", "prepare", "Preparation",
-    "Discovery", "unprepare", "plan_routes",
+    "Discovery", "unprepare", "plan_routes", "wrap_torch_checkpoint",
 ]
 
 _lock = threading.Lock()
@@ -230,6 +230,14 @@ class PreparedLayer:
         self._invocations.append(inv)
         inv.name_state(self.module, prefix=self.path)  # messages name the buffer a recompute writes again
 
+    def use_budget(self, budget: "hpac.Budget") -> None:
+        """Serves this whole-layer budget layer's calls with `budget` from now on (e.g. a plan read from a file), with
+        the layer's stats and op log as before."""
+        if self.layer != "budget":
+            raise ValueError(f"hpac.hf: layer {self.path} is checkpointed as {self.layer!r}, not as a budget layer")
+        self.budget = budget
+        wrap_torch_checkpoint(self.module, self._context_fn(budget))
+
     def take_stats(self):
         total = {}
         invocations = list(self._invocations)
@@ -314,10 +322,11 @@ def _torch_checkpointed(context_fn, original, *args, **kwargs):
     return torch.utils.checkpoint.checkpoint(original, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
 
 
-def _wrap(module, context_fn):
-    """torch.utils.checkpoint around module's forward with hpac's context_fn: the one wrap mechanism
-    (hpac._wrap.wrap_forward, which hpac.checkpoint_wrapper uses too; unwrap_checkpoint undoes either)."""
-    wrap_forward(module, functools.partial(_torch_checkpointed, context_fn))
+def wrap_torch_checkpoint(module: torch.nn.Module, context_fn: Callable) -> torch.nn.Module:
+    """Puts torch.utils.checkpoint (non-reentrant) with `context_fn` (e.g. hpac.context_fn(...)) around every call of
+    module's forward, in place: the one wrap mechanism (hpac._wrap.wrap_forward, which hpac.checkpoint_wrapper uses
+    too; hpac.unwrap_checkpoint undoes either). Returns module."""
+    return wrap_forward(module, functools.partial(_torch_checkpointed, context_fn))
 
 
 def _supports_native(layer_module):
@@ -451,10 +460,10 @@ def _apply_layer(prep, p, lp, ac):
     elif p.layer != "off":  # selective or budget, whole layer; budget: one region per layer, as the C++ trainer
         if p.layer == "budget":
             p.budget = _budget_of(ac["memory_budget"], ac.get("cost", "measured"))
-        _wrap(p.module, p._context_fn(p.budget or p.layer))
+        wrap_torch_checkpoint(p.module, p._context_fn(p.budget or p.layer))
     p.submodules = list(lp["submodules"])
     for name in p.submodules:
-        _wrap(p.module._modules[name], p._context_fn("full"))
+        wrap_torch_checkpoint(p.module._modules[name], p._context_fn("full"))
 
 
 def _compile_layers(prep, layers, backend):
