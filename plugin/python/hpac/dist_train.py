@@ -432,8 +432,9 @@ class _Job:
         claims = [] if args.no_reference else [f"every rank within {args.tolerance:g} of the 1-rank run"]
         if "off" in args.modes and len(args.modes) > 1:
             same = f"within {args.tolerance:g} of" if train["compile"] else "bit for bit with"
-            claims.append(f"full and selective {same} off" if len(args.modes) == 3 else
-                          f"{[m for m in args.modes if m != 'off'][0]} {same} off")
+            others = [m for m in args.modes if m != "off"]
+            claims.append(f"{', '.join(others[:-1])} and {others[-1]} {same} off" if len(others) > 1 else
+                          f"{others[0]} {same} off")
         claims.append(f"compiled per layer ({args.compile_backend}), {len(hpac._compile.TRACED)} regions traced by "
                       "hpac's policy" if train["compile"] else "the collective and FSDP counts follow hpac's rules")
         return claims
