@@ -98,7 +98,7 @@ constexpr int64_t kBudgetResolution = 4096;
 // (copy_, detach) that ran between counted ops. One backward pass over the
 // profile finds the needed set; every other op is skipped in the recompute:
 // the invocation hands back uninitialised tensors of the forward's sizes and
-// strides instead of running the kernel (Invocation, Action::kSkip). Nothing
+// strides instead of running the kernel (Action::kSkip; replay/dead_ops.h). Nothing
 // the backward reads comes from a skipped op, by construction; the recompute
 // still runs the same op sequence, so the replay checks hold. Views are never skipped
 // (they run no kernel) but pass need on to their base only when needed.

@@ -1,15 +1,11 @@
 #include "replay/invocation.h"
 
 #include "replay/collective_work.h"
+#include "replay/dead_ops.h"
 #include "replay/dispatch_key.h"
 #include "replay/explain.h"
 #include "replay/for_each_tensor.h"
 
-#include <ATen/EmptyTensor.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/empty_strided.h>
-#include <ATen/ops/from_blob.h>
-#include <c10/core/ScalarType.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/macros/Macros.h>
 #include <c10/util/Exception.h>
@@ -149,7 +145,8 @@ Invocation::Invocation(const PolicyFactory& policy, InvocationOptions options)
       options_(options),
       tables_(ResolvedOpTables::global()),
       policy_(policy ? policy() : recomputeAllPolicy()()),
-      recorder_(options_.recorder) {
+      recorder_(options_.recorder),
+      dead_ops_(tables_) {
   TORCH_CHECK(policy_ != nullptr, "hpac: the policy factory of invocation ", id_, " returned a null policy");
 }
 
@@ -175,14 +172,12 @@ void Invocation::beginPhase(Phase phase) {
 void Invocation::endPhase(bool completed) {
   if (phase_ == Phase::kRecompute) {
     releaseUnserved(completed);
-    scratch_.clear();  // the skipped returns still alive keep theirs
+    dead_ops_.endRecompute();
     routing_.clear();  // decisions a recompute ended early never compared
   }
   if (profiling_) flushProfiled();
   if (phase_ == Phase::kForward) {  // Note [Skips are verified]
-    if (skips_void_ || !completed) skipped_.clear();
-    skip_storages_.clear();
-    skips_void_ = false;
+    dead_ops_.endForward(completed);
     state_writes_.endForward();
     if (outer_hooks_ != nullptr && completed) packKept();  // Note [Outer saved-tensor hooks]
     outer_hooks_.reset();
@@ -203,9 +198,7 @@ Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& 
   }
   if (tables_.isIgnored(op) || C10_UNLIKELY(fsdp_depth_ > 0)) {
     if (C10_UNLIKELY(tables_.isRecordFunction(op))) trackRecordFunction(op, stack);
-    if (C10_UNLIKELY(!skip_storages_.empty()) && phase == Phase::kForward && readsValues(op)) {
-      checkSkipReads(stack, op.schema().arguments().size());
-    }
+    if (C10_UNLIKELY(dead_ops_.watching()) && phase == Phase::kForward) dead_ops_.noteIgnored(op, stack);
     ++stats_.ignored;
     if (C10_UNLIKELY(record_ops_)) logOp(phase, op, "ignored");
     return Admission{Action::kIgnore, -1};
@@ -229,12 +222,11 @@ Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& 
       if (C10_UNLIKELY(record_ops_)) logOp(phase, op, "served");
       return Admission{Action::kServe, occurrence, &saved->second};
     }
-    if (!skipped_.empty()) {
-      const auto dead = skipped_.find(Key{opId(op), occurrence});
-      if (dead != skipped_.end()) {
+    if (!dead_ops_.empty()) {
+      if (const DeadOps::Returns* dead = dead_ops_.find(opId(op), occurrence)) {
         if (C10_UNLIKELY(record_ops_)) logOp(phase, op, "skipped");
         ++stats_.skipped;
-        return Admission{Action::kSkip, occurrence, nullptr, &dead->second};
+        return Admission{Action::kSkip, occurrence, nullptr, dead};
       }
     }
     Admission admission{Action::kRecompute, occurrence};
@@ -264,8 +256,8 @@ Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& 
   Admission admission{save_op ? Action::kSave : Action::kRun, occurrence};
   admission.remember_skip = may_skip_ && !save_op && !isSave(last_answer_) && policy_->skipInRecompute();
   admission.check_routing = routing && !save_op && !admission.remember_skip;
-  if (C10_UNLIKELY(!skip_storages_.empty()) && !save_op && !admission.remember_skip && !tables_.returnsAlias(op)) {
-    checkSkipReads(stack, num_args);  // an op the recompute runs
+  if (C10_UNLIKELY(dead_ops_.watching()) && !save_op && !admission.remember_skip && !tables_.returnsAlias(op)) {
+    dead_ops_.checkReads(stack, num_args);  // an op the recompute runs
   }
   return admission;
 }
@@ -361,7 +353,7 @@ void Invocation::releaseUnserved(bool completed) {
 void Invocation::observe(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                          int64_t nanos) {
   if (profiling_ && admission.action == Action::kRun) profileOp(admission, op, stack, nanos);
-  if (profiling_ && admission.action == Action::kIgnore && last_profiled_ && readsValues(op)) {  // Note [Dead ops are skipped]
+  if (profiling_ && admission.action == Action::kIgnore && last_profiled_ && readsValues(tables_, op)) {  // Note [Dead ops are skipped]
     last_profiled_->later_reads.insert(last_profiled_->later_reads.end(), pending_reads_.begin(), pending_reads_.end());
   }
   if (recorder_ != nullptr) recordOp(admission, op, stack, nanos);
@@ -369,7 +361,7 @@ void Invocation::observe(const Admission& admission, const c10::OperatorHandle& 
 
 void Invocation::noteAutogradSaved(const at::Tensor& t) {
   if (phase_ != Phase::kForward) return;
-  if (!skip_storages_.empty() && skip_storages_.find(t) >= 0) skips_void_ = true;  // Note [Skips are verified]
+  dead_ops_.noteAutogradSaved(t);  // Note [Skips are verified]
   if (!profiling_) return;
   // -1: a storage no op output named (an input, a parameter); the policy still learns that a hook reports.
   policy_->observeAutogradSaved(profile_ids_.find(t));
@@ -425,7 +417,7 @@ void Invocation::profileOp(const Admission& admission, const c10::OperatorHandle
   if (!profile.view && !device.is_meta()) {
     profile.estimated_micros = estimatedMicros(work.flops, work.bytes, deviceRoofline(device));
   }
-  profile.skippable = skippable(op, stack);
+  profile.skippable = DeadOps::skippable(op, stack);
   profile.collective = name.name.rfind("c10d::", 0) == 0 || name.name.rfind("_c10d_functional::", 0) == 0;
   flushProfiled();
   last_profiled_ = std::make_unique<ProfiledOp>(std::move(profile));
@@ -532,101 +524,7 @@ void Invocation::afterRun(const Admission& admission, const c10::OperatorHandle&
     routing_.keep(op, admission.occurrence, stack);
     stats_.routing_kept_bytes += routing_.bytes() - before;
   }
-  if (C10_UNLIKELY(admission.remember_skip) && skippable(op, stack)) {
-    const size_t num_returns = op.schema().returns().size();
-    SkippedReturns r;
-    for (size_t j = stack.size() - num_returns; j < stack.size(); ++j) {
-      const at::Tensor& t = stack[j].toTensor();
-      r.shapes.emplace_back(t.sizes().vec(), t.strides().vec());
-      r.options.push_back(t.options());
-    }
-    skipped_.insert_or_assign(Key{opId(op), admission.occurrence}, std::move(r));
-    for (size_t j = stack.size() - num_returns; j < stack.size(); ++j) skip_storages_.of(stack[j].toTensor());
-  }
-}
-
-// Whether an ignored op reads its arguments' values: not views (aten::view,
-// detach) nor empty_like, which read only sizes (Note [Dead ops are skipped]).
-bool Invocation::readsValues(const c10::OperatorHandle& op) const {
-  return !tables_.returnsAlias(op) && op.operator_name().name != "aten::empty_like";
-}
-
-// Note [Skips are verified]
-// The plan marks ops dead from the profile's dataflow; a later forward may
-// flow differently (it diverged from the plan, or the same op sequence wired
-// its tensors otherwise). So every forward that skips checks the plan against
-// itself: an op the recompute will run (not saved, not skipped, not a view —
-// a view reads no values) or an ignored op that reads a storage a skip-marked
-// op returned, or a tensor autograd saves that lives in one, voids every skip
-// of the invocation when the forward ends; its recompute then runs them all.
-// The marked storages are named by StorageIds, whose weak references keep
-// each StorageImpl object (not its data) allocated until the forward ends, so
-// no later storage can take its address (a freed attention score buffer's
-// address taken by the next one voided every skip before).
-void Invocation::checkSkipReads(const torch::jit::Stack& stack, size_t num_args) {
-  if (skips_void_) return;
-  for (size_t i = stack.size() - num_args; i < stack.size() && !skips_void_; ++i) {
-    forEachTensor(stack[i], [&](const at::Tensor& t) {
-      if (skip_storages_.find(t) >= 0) skips_void_ = true;
-    });
-  }
-}
-
-// Note [Dead ops are skipped] (policy/budget_plan.h).
-// Note [Skipped outputs share one buffer]
-// A skipped op's returns are tensors of the forward's sizes and strides whose
-// values nothing reads: in a verified forward (Note [Skips are verified]) no
-// op the recompute runs reads them, none writes them (an in-place op reads
-// its argument), and autograd saves none. So they need no memory of their
-// own: every skipped return of one recompute phase lies over one scratch
-// buffer per device, grown to the largest one; allocating each (an attention
-// score matrix is the layer's largest tensor) would raise the recompute's
-// transient peak for nothing.
-void Invocation::skip(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  torch::jit::drop(*stack, op.schema().arguments().size());
-  c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
-  const SkippedReturns& r = *admission.skipped;
-  for (size_t j = 0; j < r.shapes.size(); ++j) {
-    const auto& [sizes, strides] = r.shapes[j];
-    const at::TensorOptions& options = r.options[j];
-    const size_t nbytes = at::detail::computeStorageNbytes(sizes, strides, options.dtype().itemsize());
-    if (nbytes == 0) {
-      stack->emplace_back(at::empty_strided(sizes, strides, options));
-      continue;
-    }
-    at::Tensor* scratch = nullptr;
-    for (auto& [device, buffer] : scratch_) {
-      if (device == options.device()) scratch = &buffer;
-    }
-    if (scratch == nullptr) scratch = &scratch_.emplace_back(options.device(), at::Tensor()).second;
-    if (!scratch->defined() || static_cast<size_t>(scratch->nbytes()) < nbytes) {
-      *scratch = at::empty({static_cast<int64_t>(nbytes)}, options.dtype(at::kByte));  // the old one lives on in its views
-    }
-    const at::Tensor keep = *scratch;
-    stack->emplace_back(at::from_blob(keep.data_ptr(), sizes, strides, [keep](void*) {}, options));
-  }
-}
-
-bool Invocation::skippable(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
-  const auto& schema = op.schema();
-  if (schema.is_mutable() || op.operator_name().name.rfind("aten::", 0) != 0 ||
-      op.hasTag(at::Tag::nondeterministic_seeded)) {
-    return false;
-  }
-  const size_t num_returns = schema.returns().size();
-  if (num_returns == 0 || stack.size() < num_returns) return false;
-  for (size_t j = 0; j < num_returns; ++j) {
-    const auto& ret = schema.returns()[j];
-    if (ret.alias_info() != nullptr || ret.type()->kind() != c10::TypeKind::TensorType) return false;
-    const c10::IValue& v = stack[stack.size() - num_returns + j];
-    if (!v.isTensor()) return false;
-    const at::Tensor& t = v.toTensor();
-    if (!t.defined() || !t.has_storage() || t.layout() != at::kStrided || t.is_meta()) return false;
-    // Integer and bool results (counts, indices, masks) size and route what follows, and Python reads them back
-    // without an op the region sees (tolist(), numpy(), split sizes): never skipped (Note [Dead ops are skipped]).
-    if (!c10::isFloatingType(t.scalar_type()) && !c10::isComplexType(t.scalar_type())) return false;
-  }
-  return true;
+  if (C10_UNLIKELY(admission.remember_skip)) dead_ops_.remember(op, admission.occurrence, stack);
 }
 
 void Invocation::logOp(Phase phase, const c10::OperatorHandle& op, const char* action) {

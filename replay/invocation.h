@@ -16,6 +16,7 @@
 
 #include "policy/checkpoint_policy.h"
 #include "policy/op_tables.h"
+#include "replay/dead_ops.h"
 #include "replay/op_cost.h"
 #include "replay/outer_hooks.h"
 #include "replay/phase.h"
@@ -119,15 +120,11 @@ class Invocation {
     kSkip,       // recompute, dead: skip() — uninitialised returns of the forward's shapes (Note [Dead ops are skipped])
     kSkipWrite,  // recompute, an outside write made once already: skipWrite() — returns its arguments (Note [State written twice])
   };
-  struct SkippedReturns {
-    std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes;  // (sizes, strides) per return
-    std::vector<at::TensorOptions> options;
-  };
   struct Admission {
     Action action;
     int64_t occurrence;     // of this op in this phase (-1 for kIgnore)
     Entry* entry = nullptr;  // kServe: the saved entry admit() found, so serve() looks it up once
-    const SkippedReturns* skipped = nullptr;  // kSkip: the forward's return shapes
+    const DeadOps::Returns* skipped = nullptr;  // kSkip: the forward's return shapes
     bool remember_skip = false;  // kRun: the policy marked it dead for the recompute; afterRun() records its shapes
     bool check_routing = false;  // kRun: a routing op; afterRun() keeps its decision (Note [Routing is verified])
     bool verify_routing = false;  // kRecompute: verifyRouting() after the kernel
@@ -211,13 +208,10 @@ class Invocation {
   }
   const InvocationOptions& options() const { return options_; }
 
-  // kSkip: pops the arguments and pushes uninitialised tensors shaped like the forward's returns.
-  void skip(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack);
-
-  // Whether an op's kernel may be skipped in a recompute at all (Note [Dead ops
-  // are skipped]): aten, not mutable, not seeded random, every return a
-  // defined dense tensor with storage (`stack` holds its returns).
-  static bool skippable(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+  // kSkip: pops the arguments and pushes uninitialised tensors shaped like the forward's returns (DeadOps::skip).
+  void skip(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+    dead_ops_.skip(*admission.skipped, op, stack);
+  }
 
   // kSave: the arguments the op will write, taken before the kernel runs.
   struct PendingSave {
@@ -305,15 +299,7 @@ class Invocation {
   void copyOnWrite(const c10::FunctionSchema& schema, const torch::jit::Stack& stack);
 
   std::unordered_map<Key, Entry, KeyHash> storage_;
-  std::unordered_map<Key, SkippedReturns, KeyHash> skipped_;  // Note [Dead ops are skipped]
-  // Note [Skips are verified]: storages of this forward's skip-marked outputs
-  // (held weakly, so their addresses stay theirs), and whether something the
-  // recompute runs or autograd saves read one.
-  StorageIds skip_storages_;
-  std::vector<std::pair<c10::Device, at::Tensor>> scratch_;  // Note [Skipped outputs share one buffer]
-  bool skips_void_ = false;
-  void checkSkipReads(const torch::jit::Stack& stack, size_t num_args);
-  bool readsValues(const c10::OperatorHandle& op) const;
+  DeadOps dead_ops_;  // Note [Dead ops are skipped]
   // Storage of every cached alias still held -> its entry.
   std::unordered_map<const c10::StorageImpl*, Key> cached_storage_;
   size_t stored_entries_ = 0;
