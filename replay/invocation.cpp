@@ -5,6 +5,7 @@
 #include "replay/dispatch_key.h"
 #include "replay/explain.h"
 #include "replay/for_each_tensor.h"
+#include "replay/written_arguments.h"
 
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/macros/Macros.h>
@@ -47,36 +48,6 @@ c10::IValue mapTensors(const c10::IValue& v, Fn&& fn) {
     return out;
   }
   return v;
-}
-
-// Which arguments the op writes (annotated, or Note [In-place collectives]).
-std::vector<bool> writtenArguments(const c10::FunctionSchema& schema) {
-  const auto& args = schema.arguments();
-  std::vector<bool> written(args.size(), false);
-  for (size_t i = 0; i < args.size(); ++i) {
-    written[i] = args[i].alias_info() != nullptr && args[i].alias_info()->isWrite();
-  }
-  if (isInPlaceCollective(schema) && !args.empty()) written[0] = true;
-  return written;
-}
-
-// Index of the argument a mutable return aliases (`Tensor(a!) self` ->
-// `Tensor(a!)`), or -1 for a fresh return. A view's return (`Tensor(a)`, no
-// write) is not one: it is kept and served as an alias of its own storage —
-// serving a view its input would hand autograd the input itself as the view.
-int64_t aliasedArgument(const c10::FunctionSchema& schema, size_t return_index) {
-  if (isInPlaceCollective(schema)) {
-    const auto& ret = schema.returns()[return_index];
-    return return_index == 0 && !schema.arguments().empty() && *ret.type() == *schema.arguments()[0].type() ? 0 : -1;
-  }
-  const auto* ret_alias = schema.returns()[return_index].alias_info();
-  if (ret_alias == nullptr || !ret_alias->isWrite()) return -1;
-  const auto& args = schema.arguments();
-  for (size_t i = 0; i < args.size(); ++i) {
-    const auto* a = args[i].alias_info();
-    if (a != nullptr && a->beforeSets() == ret_alias->beforeSets()) return static_cast<int64_t>(i);
-  }
-  return -1;
 }
 
 std::string opName(const c10::OperatorName& name) {
@@ -145,6 +116,7 @@ Invocation::Invocation(const PolicyFactory& policy, InvocationOptions options)
       options_(options),
       tables_(ResolvedOpTables::global()),
       policy_(policy ? policy() : recomputeAllPolicy()()),
+      profile_(tables_, id_),
       recorder_(options_.recorder),
       dead_ops_(tables_) {
   TORCH_CHECK(policy_ != nullptr, "hpac: the policy factory of invocation ", id_, " returned a null policy");
@@ -157,12 +129,8 @@ void Invocation::beginPhase(Phase phase) {
               "frame held every tensor autograd saved, so its kept outputs were released after the forward (Note "
               "[Frames hold what needs no recompute])");
   phase_ = phase;
-  profiling_ = phase == Phase::kForward && policy_->wantsProfile();
+  profile_.begin(phase == Phase::kForward && policy_->wantsProfile());
   may_skip_ = phase == Phase::kForward && policy_->maySkipInRecompute();
-  profile_ids_.clear();
-  last_profiled_.reset();
-  last_profiled_op_.reset();
-  pending_reads_.clear();
   occurrences_[static_cast<int>(phase)].clear();
   fsdp_depth_ = 0;  // Note [FSDP ranges are ignored]
   if (phase == Phase::kRecompute) ++stats_.recomputes;
@@ -175,7 +143,7 @@ void Invocation::endPhase(bool completed) {
     dead_ops_.endRecompute();
     routing_.clear();  // decisions a recompute ended early never compared
   }
-  if (profiling_) flushProfiled();
+  if (profile_.active()) profile_.end(*policy_);
   if (phase_ == Phase::kForward) {  // Note [Skips are verified]
     dead_ops_.endForward(completed);
     state_writes_.endForward();
@@ -183,7 +151,6 @@ void Invocation::endPhase(bool completed) {
     outer_hooks_.reset();
   }
   policy_->onPhaseEnd(phase_ == Phase::kRecompute, completed);
-  profile_ids_.clear();
   InvocationStats delta = stats_;
   addScaled(delta, reported_, -1);
   reported_ = stats_;
@@ -343,18 +310,11 @@ void Invocation::releaseUnserved(bool completed) {
   }
 }
 
-// Note [Profile storage ids]
-// A profile names each output's storage so the planner can see which outputs
-// share one (Note [Budget as a knapsack]). A StorageImpl address is not a name:
-// an output freed during the forward leaves its address to the next
-// allocation. While the profile runs, each named StorageImpl is held by a weak
-// reference, which keeps the object (not its data) allocated, so no later
-// storage can take the address; an expired one still gets a new id.
 void Invocation::observe(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                          int64_t nanos) {
-  if (profiling_ && admission.action == Action::kRun) profileOp(admission, op, stack, nanos);
-  if (profiling_ && admission.action == Action::kIgnore && last_profiled_ && readsValues(tables_, op)) {  // Note [Dead ops are skipped]
-    last_profiled_->later_reads.insert(last_profiled_->later_reads.end(), pending_reads_.begin(), pending_reads_.end());
+  if (profile_.active()) {
+    if (admission.action == Action::kRun) profile_.record(*policy_, op, admission.occurrence, stack, nanos);
+    if (admission.action == Action::kIgnore) profile_.noteIgnored(op);  // Note [Dead ops are skipped]
   }
   if (recorder_ != nullptr) recordOp(admission, op, stack, nanos);
 }
@@ -362,77 +322,7 @@ void Invocation::observe(const Admission& admission, const c10::OperatorHandle& 
 void Invocation::noteAutogradSaved(const at::Tensor& t) {
   if (phase_ != Phase::kForward) return;
   dead_ops_.noteAutogradSaved(t);  // Note [Skips are verified]
-  if (!profiling_) return;
-  // -1: a storage no op output named (an input, a parameter); the policy still learns that a hook reports.
-  policy_->observeAutogradSaved(profile_ids_.find(t));
-}
-
-// What keeping this op's outputs would hold, as keep() would hold it: fresh
-// storages for the snapshots of written arguments (returned aliased), the
-// storages of the other tensor returns (Note [Profile storage ids]).
-void Invocation::profileOp(const Admission& admission, const c10::OperatorHandle& op,
-                           const torch::jit::Stack& stack, int64_t nanos) {
-  const auto& schema = op.schema();
-  const size_t num_returns = schema.returns().size();
-  ProfiledOp profile;
-  const auto& name = op.operator_name();
-  profile.op = qualifiedOpName(name);
-  profile.id = opId(op);
-  profile.occurrence = admission.occurrence;
-  profile.micros = static_cast<double>(nanos) / 1e3;
-  profile.view = tables_.returnsAlias(op);  // Note [Views are recomputed]
-  for (size_t j = 0; j < num_returns; ++j) {
-    const c10::IValue& ret = stack[stack.size() - num_returns + j];
-    const bool snapshot = aliasedArgument(schema, j) >= 0;
-    forEachTensor(ret, [&](const at::Tensor& t) {
-      if (!t.defined()) return;
-      if (snapshot || !t.has_storage()) {
-        profile.storages.emplace_back(profile_ids_.fresh(), tensorBytes(t));
-        return;
-      }
-      profile.storages.emplace_back(profile_ids_.of(t), static_cast<int64_t>(t.storage().nbytes()));
-    });
-  }
-  // Dataflow (Note [Dead ops are skipped]): what it read, the storages its returns live in.
-  profile.reads = std::move(pending_reads_);
-  pending_reads_.clear();
-  for (size_t j = 0; j < num_returns; ++j) {
-    forEachTensor(stack[stack.size() - num_returns + j], [&](const at::Tensor& t) {
-      if (t.defined() && t.has_storage()) profile.writes.push_back(profile_ids_.of(t));
-    });
-  }
-  // Note [Estimated op costs]: on the roofline of the device its first tensor return lives on (CPU without one).
-  const OpWork work = returnWork(op, stack, pending_work_);
-  pending_work_ = OpWork();
-  profile.flops = work.flops;
-  profile.bytes_moved = work.bytes;
-  c10::Device device(c10::kCPU);
-  bool found = false;
-  for (size_t j = stack.size() - num_returns; j < stack.size() && !found; ++j) {
-    forEachTensor(stack[j], [&](const at::Tensor& t) {
-      if (!found && t.defined()) device = t.device(), found = true;
-    });
-  }
-  // A view runs no kernel: nothing to estimate.
-  if (!profile.view && !device.is_meta()) {
-    profile.estimated_micros = estimatedMicros(work.flops, work.bytes, deviceRoofline(device));
-  }
-  profile.skippable = DeadOps::skippable(op, stack);
-  profile.collective = name.name.rfind("c10d::", 0) == 0 || name.name.rfind("_c10d_functional::", 0) == 0;
-  flushProfiled();
-  last_profiled_ = std::make_unique<ProfiledOp>(std::move(profile));
-  last_profiled_op_ = op;
-}
-
-// The profile reaches the policy one op late, so that the reads of ignored ops
-// after it can be added (ProfiledOp::later_reads).
-void Invocation::flushProfiled() {
-  if (!last_profiled_) return;
-  const ProfiledOp profile = std::move(*last_profiled_);
-  const c10::OperatorHandle op = *last_profiled_op_;
-  last_profiled_.reset();
-  last_profiled_op_.reset();
-  policy_->observe(OpContext{false, id_, op, profile.occurrence, {}}, profile);
+  if (profile_.active()) profile_.noteAutogradSaved(*policy_, t);
 }
 
 // Note [Explain's byte accounting]
@@ -446,15 +336,7 @@ void Invocation::flushProfiled() {
 void Invocation::observeArguments(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   if (phase_ != Phase::kForward) return;
   const size_t num_args = op.schema().arguments().size();
-  if (profiling_) {  // Note [Dead ops are skipped]: the op's reads; Note [Estimated op costs]: its work
-    pending_work_ = argumentWork(op, stack);
-    pending_reads_.clear();
-    for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
-      forEachTensor(stack[i], [&](const at::Tensor& t) {
-        if (t.defined() && t.has_storage()) pending_reads_.push_back(profile_ids_.of(t));
-      });
-    }
-  }
+  if (profile_.active()) profile_.noteArguments(op, stack);
   if (recorder_ == nullptr) return;
   for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
     forEachTensor(stack[i], [&](const at::Tensor& t) {
