@@ -325,29 +325,15 @@ void Invocation::noteAutogradSaved(const at::Tensor& t) {
   if (profile_.active()) profile_.noteAutogradSaved(*policy_, t);
 }
 
-// Note [Explain's byte accounting]
-// In the forward, every storage an op reads or writes is named (StorageIds).
-// An op's output_bytes are the bytes of the storages its outputs hold that no
-// earlier op of the region touched: a view or an in-place result of an input,
-// of a parameter or of an earlier output costs nothing. A save's kept_bytes
-// are what keep() makes live until the recompute beyond what earlier saves
-// already keep: the storages of its returns not kept yet, and the snapshot of
-// each tensor it wrote (an in-place or out= result, copied by keep()).
 void Invocation::observeArguments(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   if (phase_ != Phase::kForward) return;
-  const size_t num_args = op.schema().arguments().size();
   if (profile_.active()) profile_.noteArguments(op, stack);
-  if (recorder_ == nullptr) return;
-  for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
-    forEachTensor(stack[i], [&](const at::Tensor& t) {
-      if (t.defined() && t.has_storage()) recorder_->seen_.of(t);
-    });
-  }
+  if (recorder_ != nullptr) recorder_->noteArguments(op, stack);  // Note [Explain's byte accounting]
 }
 
+// Explain: the row of one op; the recorder adds its bytes, or the forward's row it replays.
 void Invocation::recordOp(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                           int64_t nanos) {
-  DecisionRecorder& r = *recorder_;
   ExplainedOp row;
   row.phase = phase_;
   row.op = qualifiedOpName(op.operator_name());
@@ -368,32 +354,8 @@ void Invocation::recordOp(const Admission& admission, const c10::OperatorHandle&
     if (admission.action == Action::kRun && isSave(last_answer_)) {
       row.rule += "; recomputed anyway: its result aliases its input (Note [Views are recomputed])";
     }
-    const auto& schema = op.schema();
-    const size_t num_returns = schema.returns().size();
-    for (size_t j = 0; j < num_returns; ++j) {
-      const bool written = aliasedArgument(schema, j) >= 0;
-      forEachTensor(stack[stack.size() - num_returns + j], [&](const at::Tensor& t) {
-        if (!t.defined()) return;
-        if (admission.action == Action::kSave && (written || !t.has_storage())) row.kept_bytes += tensorBytes(t);
-        if (!t.has_storage()) {
-          row.output_bytes += tensorBytes(t);
-          return;
-        }
-        bool first = false;
-        const int64_t sid = r.seen_.of(t, &first);
-        const auto bytes = static_cast<int64_t>(t.storage().nbytes());
-        if (first) row.output_bytes += bytes;
-        if (admission.action == Action::kSave && !written && r.kept_.insert(sid).second) row.kept_bytes += bytes;
-      });
-    }
-    r.forward_rows_[{row.op, row.occurrence}] = r.ops_.size();
-  } else if (phase_ == Phase::kRecompute && admission.action != Action::kIgnore) {
-    const auto fwd = r.forward_rows_.find({row.op, row.occurrence});
-    row.rule = fwd == r.forward_rows_.end()
-                   ? std::string("not run by the forward (nothing saved to misalign)")
-                   : "replays the forward's " + r.ops_[fwd->second].decision + " (" + r.ops_[fwd->second].rule + ")";
   }
-  r.ops_.push_back(std::move(row));
+  recorder_->record(std::move(row), op, stack);
 }
 
 void Invocation::afterRun(const Admission& admission, const c10::OperatorHandle& op,
