@@ -116,7 +116,7 @@ BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes,
 // an exact solver outside hpac (a MILP over the same groups, scipy's milp:
 // test/python/plan_oracle.py), which needs the groups the planner chooses
 // among, and the plan that keeps a set of groups chosen elsewhere (replayed by
-// hpac like its own: Note [Plan files], policy/budget_policy.h).
+// hpac like its own: Note [Plan files], policy/plan_file.h).
 struct PlanGroups {
   std::vector<int64_t> group_of;  // per profiled op: its group, -1 for a view (never kept)
   std::vector<int64_t> bytes;     // per group: distinct storage bytes
