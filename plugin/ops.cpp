@@ -296,9 +296,8 @@ class ExplainHandle : public torch::CustomClassHolder {
   std::unique_ptr<TimelineCapture> capture_;
 };
 
-}  // namespace
-
-void registerHpacOps(torch::Library& m) {
+// What this libhpac is and where its fallback stands; the process-wide invocation statistics.
+void registerLibraryOps(torch::Library& m) {
   m.def("version() -> str", [] { return std::string(version()); });
   m.def("library_path() -> str", [] { return libraryPath(); });
   m.def("built_for_torch() -> str", [] { return std::string(builtForTorch()); });
@@ -309,6 +308,11 @@ void registerHpacOps(torch::Library& m) {
   });
   m.def("global_stats() -> Dict(str, int)", [] { return toDict(globalStats()); });
   m.def("reset_global_stats() -> ()", [] { resetGlobalStats(); });
+}
+
+// The budget's cost model and planner: a device's roofline (the front ends measure it before a region) and the
+// additive planner (tests and benchmarks).
+void registerPlannerOps(torch::Library& m) {
   // Note [Estimated op costs]: the roofline a device type's estimates use (measured on first use, or pinned).
   m.def("roofline(str device) -> float[]", [](const std::string& device) {
     const Roofline& r = deviceRoofline(c10::Device(device));
@@ -343,6 +347,10 @@ void registerHpacOps(torch::Library& m) {
           return std::make_tuple(std::vector<int64_t>(plan.save.begin(), plan.save.end()), group_of, group_bytes,
                                  group_micros, group_collective);
         });
+}
+
+// Measurements: tensor memory of CPU tensors, and the fallback's entries on this thread.
+void registerMeasurementOps(torch::Library& m) {
   // Tensor-memory accounting for CPU tensors (the tracking allocator wraps the
   // current CPU allocator once; tensors allocated before are not counted).
   m.def("track_memory() -> ()", [] { TrackingAllocator::install(); });
@@ -356,7 +364,10 @@ void registerHpacOps(torch::Library& m) {
   });
   m.def("reset_peak_memory() -> ()", [] { TrackingAllocator::install().resetPeak(); });
   m.def("fallback_entries() -> int", [] { return static_cast<int64_t>(fallbackEntriesOnThisThread()); });
+}
 
+// The custom classes: a checkpoint call, a budget region, a compiled region's policy, explain.
+void registerClasses(torch::Library& m) {
   m.class_<InvocationHandle>("Invocation")
       .def(torch::init<std::string, std::vector<std::string>, bool, std::string, std::string, bool>())
       .def("id", &InvocationHandle::id)
@@ -403,6 +414,16 @@ void registerHpacOps(torch::Library& m) {
       .def("json", &ExplainHandle::json)
       .def("svg", &ExplainHandle::svg)
       .def("write", &ExplainHandle::write);
+}
+
+}  // namespace
+
+// In this order: the schemas and classes of ops.h.
+void registerHpacOps(torch::Library& m) {
+  registerLibraryOps(m);
+  registerPlannerOps(m);
+  registerMeasurementOps(m);
+  registerClasses(m);
 }
 
 }  // namespace hpac

@@ -98,7 +98,7 @@ constexpr int64_t kBudgetResolution = 4096;
 // (copy_, detach) that ran between counted ops. One backward pass over the
 // profile finds the needed set; every other op is skipped in the recompute:
 // the invocation hands back uninitialised tensors of the forward's sizes and
-// strides instead of running the kernel (Invocation, Action::kSkip). Nothing
+// strides instead of running the kernel (Action::kSkip; replay/dead_ops.h). Nothing
 // the backward reads comes from a skipped op, by construction; the recompute
 // still runs the same op sequence, so the replay checks hold. Views are never skipped
 // (they run no kernel) but pass need on to their base only when needed.
@@ -116,7 +116,7 @@ BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes,
 // an exact solver outside hpac (a MILP over the same groups, scipy's milp:
 // test/python/plan_oracle.py), which needs the groups the planner chooses
 // among, and the plan that keeps a set of groups chosen elsewhere (replayed by
-// hpac like its own: Note [Plan files], policy/budget_policy.h).
+// hpac like its own: Note [Plan files], policy/plan_file.h).
 struct PlanGroups {
   std::vector<int64_t> group_of;  // per profiled op: its group, -1 for a view (never kept)
   std::vector<int64_t> bytes;     // per group: distinct storage bytes

@@ -1,14 +1,13 @@
 #include "policy/budget_policy.h"
 
 #include "policy/op_tables.h"
+#include "policy/plan_file.h"
 #include "policy/selective_policy.h"
 
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cmath>
-#include <iterator>
-#include <sstream>
 
 namespace hpac {
 
@@ -185,6 +184,18 @@ class BudgetPolicy final : public Policy {
 
 }  // namespace
 
+namespace {
+
+// The (op, occurrence) of each op of a profile, in order: what a plan replays by.
+std::shared_ptr<const std::vector<std::pair<const void*, int64_t>>> keysOf(const std::vector<ProfiledOp>& profile) {
+  auto keys = std::make_shared<std::vector<std::pair<const void*, int64_t>>>();
+  keys->reserve(profile.size());
+  for (const ProfiledOp& p : profile) keys->emplace_back(p.id, p.occurrence);
+  return keys;
+}
+
+}  // namespace
+
 BudgetRegion::BudgetRegion(BudgetSpec spec) : spec_(spec) {
   validateBudgetSpec(spec_);
 }
@@ -251,10 +262,7 @@ void BudgetRegion::finishProfile(std::vector<ProfiledOp> profile, std::optional<
   autograd_saved_ = std::move(autograd_saved);
   plan_ = planBudget(profile_, budget, autograd_saved_ && spec_.skip_dead ? &*autograd_saved_ : nullptr);
   plan_.off_bytes = off;
-  auto keys = std::make_shared<std::vector<std::pair<const void*, int64_t>>>();
-  keys->reserve(profile_.size());
-  for (const ProfiledOp& p : profile_) keys->emplace_back(p.id, p.occurrence);
-  keys_ = std::move(keys);
+  keys_ = keysOf(profile_);
   save_ = std::make_shared<const std::vector<bool>>(plan_.save);
   skip_ = std::make_shared<const std::vector<bool>>(plan_.skip);
   stage_ = Stage::kPlanned;
@@ -286,87 +294,11 @@ void BudgetRegion::planDiverged() {
              "policy from now on.");
 }
 
-namespace {
-
-constexpr const char* kPlanHeader = "hpac-budget-plan 1";
-
-// "key value" lines of a plan's header, in this order.
-constexpr const char* kPlanKeys[] = {"budget_bytes", "kept_bytes", "total_bytes", "off_bytes",
-                                     "groups",       "kept_groups", "saved_micros", "total_micros"};
-
-class PlanReader {
- public:
-  PlanReader(const std::string& text, const std::string& source) : in_(text), source_(source) {}
-
-  // The next line that is not blank or a comment; false at the end.
-  bool next(std::string* line) {
-    while (std::getline(in_, *line)) {
-      ++number_;
-      const size_t start = line->find_first_not_of(" \t\r");
-      if (start == std::string::npos || (*line)[start] == '#') continue;
-      return true;
-    }
-    return false;
-  }
-  std::string expect(const std::string& what) {
-    std::string line;
-    TORCH_CHECK(next(&line), "hpac budget: plan '", source_, "' ends after line ", number_, "; expected ", what);
-    return line;
-  }
-  [[noreturn]] void fail(const std::string& line, const std::string& what) const {
-    TORCH_CHECK(false, "hpac budget: plan '", source_, "' line ", number_, ": '", line, "' is not ", what);
-  }
-  template <typename T>
-  T value(const std::string& key) {
-    const std::string line = expect("'" + key + " <number>'");
-    std::istringstream fields(line);
-    std::string k;
-    T v{};
-    std::string rest;
-    if (!(fields >> k >> v) || k != key || (fields >> rest)) fail(line, "'" + key + " <number>'");
-    return v;
-  }
-  const std::string& source() const { return source_; }
-
- private:
-  std::istringstream in_;
-  const std::string& source_;
-  int64_t number_ = 0;
-};
-
-std::string planTextOf(const std::vector<ProfiledOp>& profile, const BudgetPlan& plan) {
-  std::ostringstream out;
-  out << "# hpac budget plan (Note [Plan files], policy/budget_policy.h); valid for the region it was made in\n"
-      << kPlanHeader << "\n";
-  const double values[] = {static_cast<double>(plan.budget_bytes), static_cast<double>(plan.kept_bytes),
-                           static_cast<double>(plan.total_bytes),  static_cast<double>(plan.off_bytes),
-                           static_cast<double>(plan.groups),       static_cast<double>(plan.kept_groups),
-                           plan.saved_micros,                      plan.total_micros};
-  for (size_t k = 0; k < std::size(kPlanKeys); ++k) {
-    out << kPlanKeys[k] << " ";
-    if (k < 6) out << static_cast<int64_t>(values[k]); else out << values[k];
-    out << "\n";
-  }
-  out << "ops " << profile.size() << "\n";
-  for (size_t i = 0; i < profile.size(); ++i) {
-    const ProfiledOp& p = profile[i];
-    const c10::OperatorName* name = &operatorNameOf(p.id);
-    int64_t bytes = 0;
-    for (const auto& [id, size] : p.storages) bytes += size;
-    const bool skip = i < plan.skip.size() && plan.skip[i];
-    out << (plan.save[i] ? "keep" : skip ? "skip" : "recompute") << " " << p.occurrence << " " << name->name << " "
-        << (name->overload_name.empty() ? "-" : name->overload_name) << " " << p.micros << " " << bytes << "\n";
-  }
-  return out.str();
-}
-
-}  // namespace
-
 std::string BudgetRegion::planText() const {
   std::lock_guard<std::mutex> lock(mutex_);
   TORCH_CHECK(stage_ == Stage::kPlanned, "hpac budget: the region has no plan to save (stage '", toString(stage_),
               "'); a plan exists after the region's profile, while it is planned");
-  return planTextOf(profile_, plan_);
+  return planFileText(profile_, plan_);
 }
 
 PlanGroups BudgetRegion::groups() const {
@@ -383,68 +315,18 @@ std::string BudgetRegion::planTextKeeping(const std::vector<bool>& keep) const {
   BudgetPlan plan = planKeeping(profile_, plan_.budget_bytes, keep,
                                 autograd_saved_ && spec_.skip_dead ? &*autograd_saved_ : nullptr);
   plan.off_bytes = plan_.off_bytes;
-  return planTextOf(profile_, plan);
+  return planFileText(profile_, plan);
 }
 
 std::shared_ptr<BudgetRegion> BudgetRegion::fromPlanText(const std::string& text, const std::string& source) {
-  PlanReader reader(text, source);
-  const std::string first = reader.expect("'" + std::string(kPlanHeader) + "'");
-  const std::string family = "hpac-budget-plan ";
-  TORCH_CHECK(first == kPlanHeader || first.rfind(family, 0) != 0, "hpac budget: '", source, "' is a plan of format '",
-              first.substr(family.size()), "' (its first line is '", first, "'); this hpac reads format '",
-              std::string(kPlanHeader).substr(family.size()), "' only ('", kPlanHeader, "'). Plans are not converted: "
-              "make a new one in this version (hpac.budget(fraction) profiles the region; Budget.save_plan writes it)");
-  TORCH_CHECK(first == kPlanHeader, "hpac budget: '", source, "' is not an hpac budget plan: its first line is '",
-              first, "'; expected '", kPlanHeader, "' (written by Budget.save_plan / BudgetRegion::planText)");
-  BudgetPlan plan;
-  plan.budget_bytes = reader.value<int64_t>("budget_bytes");
-  plan.kept_bytes = reader.value<int64_t>("kept_bytes");
-  plan.total_bytes = reader.value<int64_t>("total_bytes");
-  plan.off_bytes = reader.value<int64_t>("off_bytes");
-  plan.groups = reader.value<int64_t>("groups");
-  plan.kept_groups = reader.value<int64_t>("kept_groups");
-  plan.saved_micros = reader.value<double>("saved_micros");
-  plan.total_micros = reader.value<double>("total_micros");
-  TORCH_CHECK(plan.budget_bytes >= 0, "hpac budget: plan '", source, "': budget_bytes ", plan.budget_bytes,
-              " is negative; allowed: >= 0");
-  const int64_t count = reader.value<int64_t>("ops");
-  TORCH_CHECK(count >= 0, "hpac budget: plan '", source, "': ops ", count, " is negative");
-
-  auto region = std::make_shared<BudgetRegion>(BudgetSpec{-1, plan.budget_bytes});
-  std::vector<ProfiledOp> profile;
-  auto keys = std::make_shared<std::vector<std::pair<const void*, int64_t>>>();
-  for (int64_t i = 0; i < count; ++i) {
-    const std::string line = reader.expect("op " + std::to_string(i) + " of " + std::to_string(count));
-    std::istringstream fields(line);
-    std::string decision, name, overload, rest;
-    ProfiledOp p;
-    int64_t bytes = 0;
-    if (!(fields >> decision >> p.occurrence >> name >> overload >> p.micros >> bytes) || (fields >> rest) ||
-        (decision != "keep" && decision != "recompute" && decision != "skip") || p.occurrence < 0 || bytes < 0) {
-      reader.fail(line, "'keep|recompute|skip <occurrence> <ns::op> <overload or -> <micros> <bytes>'");
-    }
-    if (overload == "-") overload.clear();
-    const auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
-    TORCH_CHECK(handle.has_value(), "hpac budget: plan '", source, "' op ", i, ": ",
-                overload.empty() ? name : name + "." + overload,
-                " is not registered in this process (a plan replays only where its ops exist)");
-    p.id = opId(*handle);
-    p.op = qualifiedOpName(handle->operator_name());
-    p.storages.emplace_back(i, bytes);
-    plan.save.push_back(decision == "keep");
-    plan.skip.push_back(decision == "skip");
-    keys->emplace_back(p.id, p.occurrence);
-    profile.push_back(std::move(p));
-  }
-  std::string extra;
-  TORCH_CHECK(!reader.next(&extra), "hpac budget: plan '", source, "' has more than its ", count,
-              " ops: '", extra, "'");
+  PlanFile file = readPlanFile(text, source);  // Note [Plan files]
+  auto region = std::make_shared<BudgetRegion>(BudgetSpec{-1, file.plan.budget_bytes});
   region->plan_source_ = source.empty() ? "<unnamed plan>" : source;
-  region->profile_ = std::move(profile);
-  region->save_ = std::make_shared<const std::vector<bool>>(plan.save);
-  region->skip_ = std::make_shared<const std::vector<bool>>(plan.skip);
-  region->plan_ = std::move(plan);
-  region->keys_ = std::move(keys);
+  region->keys_ = keysOf(file.profile);
+  region->profile_ = std::move(file.profile);
+  region->save_ = std::make_shared<const std::vector<bool>>(file.plan.save);
+  region->skip_ = std::make_shared<const std::vector<bool>>(file.plan.skip);
+  region->plan_ = std::move(file.plan);
   region->stage_ = Stage::kPlanned;
   return region;
 }

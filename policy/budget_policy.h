@@ -82,21 +82,10 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
   };
   Status status() const;
 
-  // Note [Plan files]
-  // A plan leaves the process as text and comes back as a region that replays
-  // it from its first call, without a profile:
-  //   hpac-budget-plan 1
-  //   budget_bytes N, kept_bytes N, total_bytes N, off_bytes N, groups N,
-  //   kept_groups N, saved_micros X, total_micros X   (one "key value" per line)
-  //   ops N
-  //   keep|recompute|skip <occurrence> <ns::op> <overload, "-" for none> <µs> <bytes>   (N lines;
-  //   skip: recomputed in the forward's plan, skipped in the recompute, Note [Dead ops are skipped])
-  // Lines starting with '#' are comments. A plan is for the region it was
-  // made in, on the same shapes: a forward whose op sequence differs from a
-  // loaded plan is an error naming the plan and the first differing op (a
-  // loaded plan is never re-profiled silently), and a forward that ends
-  // before the plan does is warned about once and the region keeps the fixed
-  // selective policy.
+  // Plan files (Note [Plan files], policy/plan_file.h): a plan leaves the
+  // process as text and comes back as a region that replays it from its first
+  // call, without a profile; a forward that does not follow a loaded plan is an
+  // error naming the plan and the first differing op.
   // planText() throws unless the region is planned.
   std::string planText() const;
   // `source` names the plan in messages (a file path). Throws c10::Error naming

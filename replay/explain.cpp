@@ -1,6 +1,8 @@
 #include "replay/explain.h"
 
+#include "replay/for_each_tensor.h"
 #include "replay/tracking_allocator.h"
+#include "replay/written_arguments.h"
 
 #include <c10/util/Exception.h>
 
@@ -79,6 +81,55 @@ std::string jsonString(const std::string& s) {
 int64_t DecisionRecorder::count(Phase phase, const std::string& decision) const {
   return std::count_if(ops_.begin(), ops_.end(),
                        [&](const ExplainedOp& o) { return o.phase == phase && o.decision == decision; });
+}
+
+// Note [Explain's byte accounting]
+// In the forward, every storage an op reads or writes is named (StorageIds).
+// An op's output_bytes are the bytes of the storages its outputs hold that no
+// earlier op of the region touched: a view or an in-place result of an input,
+// of a parameter or of an earlier output costs nothing. A save's kept_bytes
+// are what keep() makes live until the recompute beyond what earlier saves
+// already keep: the storages of its returns not kept yet, and the snapshot of
+// each tensor it wrote (an in-place or out= result, copied by keep()).
+void DecisionRecorder::noteArguments(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const size_t num_args = op.schema().arguments().size();
+  for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
+    forEachTensor(stack[i], [&](const at::Tensor& t) {
+      if (t.defined() && t.has_storage()) seen_.of(t);
+    });
+  }
+}
+
+void DecisionRecorder::record(ExplainedOp row, const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const bool counted = row.occurrence >= 0;
+  if (row.phase == Phase::kForward && counted) {
+    const bool saved = row.decision == "save";
+    const auto& schema = op.schema();
+    const size_t num_returns = schema.returns().size();
+    for (size_t j = 0; j < num_returns; ++j) {
+      const bool written = aliasedArgument(schema, j) >= 0;
+      forEachTensor(stack[stack.size() - num_returns + j], [&](const at::Tensor& t) {
+        if (!t.defined()) return;
+        if (saved && (written || !t.has_storage())) row.kept_bytes += static_cast<int64_t>(t.nbytes());
+        if (!t.has_storage()) {
+          row.output_bytes += static_cast<int64_t>(t.nbytes());
+          return;
+        }
+        bool first = false;
+        const int64_t sid = seen_.of(t, &first);
+        const auto bytes = static_cast<int64_t>(t.storage().nbytes());
+        if (first) row.output_bytes += bytes;
+        if (saved && !written && kept_.insert(sid).second) row.kept_bytes += bytes;
+      });
+    }
+    forward_rows_[{row.op, row.occurrence}] = ops_.size();
+  } else if (row.phase == Phase::kRecompute && counted) {
+    const auto fwd = forward_rows_.find({row.op, row.occurrence});
+    row.rule = fwd == forward_rows_.end()
+                   ? std::string("not run by the forward (nothing saved to misalign)")
+                   : "replays the forward's " + ops_[fwd->second].decision + " (" + ops_[fwd->second].rule + ")";
+  }
+  ops_.push_back(std::move(row));
 }
 
 TimelineCapture::TimelineCapture() {

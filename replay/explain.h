@@ -21,6 +21,9 @@
 #include "replay/phase.h"
 #include "replay/storage_ids.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -57,8 +60,16 @@ class DecisionRecorder {
   // Rows of `phase` with `decision`.
   int64_t count(Phase phase, const std::string& decision) const;
 
+  // Filled by the invocation it is attached to (Invocation::observeArguments / observe):
+  // Forward, before a timed op: names the storages of its arguments (Note [Explain's byte accounting]).
+  void noteArguments(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+  // After the op, its returns on `stack`: appends `row`, in which the invocation gave the phase, op, occurrence
+  // (-1: ignored), decision and time, and for a counted forward op the policy's answer and rule. A counted forward
+  // op's row gets its output and kept bytes (Note [Explain's byte accounting]); a counted recompute op's rule names
+  // the forward's row it replays.
+  void record(ExplainedOp row, const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+
  private:
-  friend class Invocation;
   std::vector<ExplainedOp> ops_;
   std::map<std::pair<std::string, int64_t>, size_t> forward_rows_;  // (op, occurrence) -> row
   StorageIds seen_;                  // storages the forward's ops read or wrote

@@ -1,15 +1,12 @@
 #include "replay/invocation.h"
 
 #include "replay/collective_work.h"
+#include "replay/dead_ops.h"
 #include "replay/dispatch_key.h"
 #include "replay/explain.h"
 #include "replay/for_each_tensor.h"
+#include "replay/written_arguments.h"
 
-#include <ATen/EmptyTensor.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/empty_strided.h>
-#include <ATen/ops/from_blob.h>
-#include <c10/core/ScalarType.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/macros/Macros.h>
 #include <c10/util/Exception.h>
@@ -51,36 +48,6 @@ c10::IValue mapTensors(const c10::IValue& v, Fn&& fn) {
     return out;
   }
   return v;
-}
-
-// Which arguments the op writes (annotated, or Note [In-place collectives]).
-std::vector<bool> writtenArguments(const c10::FunctionSchema& schema) {
-  const auto& args = schema.arguments();
-  std::vector<bool> written(args.size(), false);
-  for (size_t i = 0; i < args.size(); ++i) {
-    written[i] = args[i].alias_info() != nullptr && args[i].alias_info()->isWrite();
-  }
-  if (isInPlaceCollective(schema) && !args.empty()) written[0] = true;
-  return written;
-}
-
-// Index of the argument a mutable return aliases (`Tensor(a!) self` ->
-// `Tensor(a!)`), or -1 for a fresh return. A view's return (`Tensor(a)`, no
-// write) is not one: it is kept and served as an alias of its own storage —
-// serving a view its input would hand autograd the input itself as the view.
-int64_t aliasedArgument(const c10::FunctionSchema& schema, size_t return_index) {
-  if (isInPlaceCollective(schema)) {
-    const auto& ret = schema.returns()[return_index];
-    return return_index == 0 && !schema.arguments().empty() && *ret.type() == *schema.arguments()[0].type() ? 0 : -1;
-  }
-  const auto* ret_alias = schema.returns()[return_index].alias_info();
-  if (ret_alias == nullptr || !ret_alias->isWrite()) return -1;
-  const auto& args = schema.arguments();
-  for (size_t i = 0; i < args.size(); ++i) {
-    const auto* a = args[i].alias_info();
-    if (a != nullptr && a->beforeSets() == ret_alias->beforeSets()) return static_cast<int64_t>(i);
-  }
-  return -1;
 }
 
 std::string opName(const c10::OperatorName& name) {
@@ -149,7 +116,9 @@ Invocation::Invocation(const PolicyFactory& policy, InvocationOptions options)
       options_(options),
       tables_(ResolvedOpTables::global()),
       policy_(policy ? policy() : recomputeAllPolicy()()),
-      recorder_(options_.recorder) {
+      profile_(tables_, id_),
+      recorder_(options_.recorder),
+      dead_ops_(tables_) {
   TORCH_CHECK(policy_ != nullptr, "hpac: the policy factory of invocation ", id_, " returned a null policy");
 }
 
@@ -160,12 +129,8 @@ void Invocation::beginPhase(Phase phase) {
               "frame held every tensor autograd saved, so its kept outputs were released after the forward (Note "
               "[Frames hold what needs no recompute])");
   phase_ = phase;
-  profiling_ = phase == Phase::kForward && policy_->wantsProfile();
+  profile_.begin(phase == Phase::kForward && policy_->wantsProfile());
   may_skip_ = phase == Phase::kForward && policy_->maySkipInRecompute();
-  profile_ids_.clear();
-  last_profiled_.reset();
-  last_profiled_op_.reset();
-  pending_reads_.clear();
   occurrences_[static_cast<int>(phase)].clear();
   fsdp_depth_ = 0;  // Note [FSDP ranges are ignored]
   if (phase == Phase::kRecompute) ++stats_.recomputes;
@@ -175,20 +140,17 @@ void Invocation::beginPhase(Phase phase) {
 void Invocation::endPhase(bool completed) {
   if (phase_ == Phase::kRecompute) {
     releaseUnserved(completed);
-    scratch_.clear();  // the skipped returns still alive keep theirs
+    dead_ops_.endRecompute();
     routing_.clear();  // decisions a recompute ended early never compared
   }
-  if (profiling_) flushProfiled();
+  if (profile_.active()) profile_.end(*policy_);
   if (phase_ == Phase::kForward) {  // Note [Skips are verified]
-    if (skips_void_ || !completed) skipped_.clear();
-    skip_storages_.clear();
-    skips_void_ = false;
+    dead_ops_.endForward(completed);
     state_writes_.endForward();
     if (outer_hooks_ != nullptr && completed) packKept();  // Note [Outer saved-tensor hooks]
     outer_hooks_.reset();
   }
   policy_->onPhaseEnd(phase_ == Phase::kRecompute, completed);
-  profile_ids_.clear();
   InvocationStats delta = stats_;
   addScaled(delta, reported_, -1);
   reported_ = stats_;
@@ -203,9 +165,7 @@ Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& 
   }
   if (tables_.isIgnored(op) || C10_UNLIKELY(fsdp_depth_ > 0)) {
     if (C10_UNLIKELY(tables_.isRecordFunction(op))) trackRecordFunction(op, stack);
-    if (C10_UNLIKELY(!skip_storages_.empty()) && phase == Phase::kForward && readsValues(op)) {
-      checkSkipReads(stack, op.schema().arguments().size());
-    }
+    if (C10_UNLIKELY(dead_ops_.watching()) && phase == Phase::kForward) dead_ops_.noteIgnored(op, stack);
     ++stats_.ignored;
     if (C10_UNLIKELY(record_ops_)) logOp(phase, op, "ignored");
     return Admission{Action::kIgnore, -1};
@@ -229,12 +189,11 @@ Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& 
       if (C10_UNLIKELY(record_ops_)) logOp(phase, op, "served");
       return Admission{Action::kServe, occurrence, &saved->second};
     }
-    if (!skipped_.empty()) {
-      const auto dead = skipped_.find(Key{opId(op), occurrence});
-      if (dead != skipped_.end()) {
+    if (!dead_ops_.empty()) {
+      if (const DeadOps::Returns* dead = dead_ops_.find(opId(op), occurrence)) {
         if (C10_UNLIKELY(record_ops_)) logOp(phase, op, "skipped");
         ++stats_.skipped;
-        return Admission{Action::kSkip, occurrence, nullptr, &dead->second};
+        return Admission{Action::kSkip, occurrence, nullptr, dead};
       }
     }
     Admission admission{Action::kRecompute, occurrence};
@@ -264,8 +223,8 @@ Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& 
   Admission admission{save_op ? Action::kSave : Action::kRun, occurrence};
   admission.remember_skip = may_skip_ && !save_op && !isSave(last_answer_) && policy_->skipInRecompute();
   admission.check_routing = routing && !save_op && !admission.remember_skip;
-  if (C10_UNLIKELY(!skip_storages_.empty()) && !save_op && !admission.remember_skip && !tables_.returnsAlias(op)) {
-    checkSkipReads(stack, num_args);  // an op the recompute runs
+  if (C10_UNLIKELY(dead_ops_.watching()) && !save_op && !admission.remember_skip && !tables_.returnsAlias(op)) {
+    dead_ops_.checkReads(stack, num_args);  // an op the recompute runs
   }
   return admission;
 }
@@ -351,129 +310,30 @@ void Invocation::releaseUnserved(bool completed) {
   }
 }
 
-// Note [Profile storage ids]
-// A profile names each output's storage so the planner can see which outputs
-// share one (Note [Budget as a knapsack]). A StorageImpl address is not a name:
-// an output freed during the forward leaves its address to the next
-// allocation. While the profile runs, each named StorageImpl is held by a weak
-// reference, which keeps the object (not its data) allocated, so no later
-// storage can take the address; an expired one still gets a new id.
 void Invocation::observe(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                          int64_t nanos) {
-  if (profiling_ && admission.action == Action::kRun) profileOp(admission, op, stack, nanos);
-  if (profiling_ && admission.action == Action::kIgnore && last_profiled_ && readsValues(op)) {  // Note [Dead ops are skipped]
-    last_profiled_->later_reads.insert(last_profiled_->later_reads.end(), pending_reads_.begin(), pending_reads_.end());
+  if (profile_.active()) {
+    if (admission.action == Action::kRun) profile_.record(*policy_, op, admission.occurrence, stack, nanos);
+    if (admission.action == Action::kIgnore) profile_.noteIgnored(op);  // Note [Dead ops are skipped]
   }
   if (recorder_ != nullptr) recordOp(admission, op, stack, nanos);
 }
 
 void Invocation::noteAutogradSaved(const at::Tensor& t) {
   if (phase_ != Phase::kForward) return;
-  if (!skip_storages_.empty() && skip_storages_.find(t) >= 0) skips_void_ = true;  // Note [Skips are verified]
-  if (!profiling_) return;
-  // -1: a storage no op output named (an input, a parameter); the policy still learns that a hook reports.
-  policy_->observeAutogradSaved(profile_ids_.find(t));
+  dead_ops_.noteAutogradSaved(t);  // Note [Skips are verified]
+  if (profile_.active()) profile_.noteAutogradSaved(*policy_, t);
 }
 
-// What keeping this op's outputs would hold, as keep() would hold it: fresh
-// storages for the snapshots of written arguments (returned aliased), the
-// storages of the other tensor returns (Note [Profile storage ids]).
-void Invocation::profileOp(const Admission& admission, const c10::OperatorHandle& op,
-                           const torch::jit::Stack& stack, int64_t nanos) {
-  const auto& schema = op.schema();
-  const size_t num_returns = schema.returns().size();
-  ProfiledOp profile;
-  const auto& name = op.operator_name();
-  profile.op = qualifiedOpName(name);
-  profile.id = opId(op);
-  profile.occurrence = admission.occurrence;
-  profile.micros = static_cast<double>(nanos) / 1e3;
-  profile.view = tables_.returnsAlias(op);  // Note [Views are recomputed]
-  for (size_t j = 0; j < num_returns; ++j) {
-    const c10::IValue& ret = stack[stack.size() - num_returns + j];
-    const bool snapshot = aliasedArgument(schema, j) >= 0;
-    forEachTensor(ret, [&](const at::Tensor& t) {
-      if (!t.defined()) return;
-      if (snapshot || !t.has_storage()) {
-        profile.storages.emplace_back(profile_ids_.fresh(), tensorBytes(t));
-        return;
-      }
-      profile.storages.emplace_back(profile_ids_.of(t), static_cast<int64_t>(t.storage().nbytes()));
-    });
-  }
-  // Dataflow (Note [Dead ops are skipped]): what it read, the storages its returns live in.
-  profile.reads = std::move(pending_reads_);
-  pending_reads_.clear();
-  for (size_t j = 0; j < num_returns; ++j) {
-    forEachTensor(stack[stack.size() - num_returns + j], [&](const at::Tensor& t) {
-      if (t.defined() && t.has_storage()) profile.writes.push_back(profile_ids_.of(t));
-    });
-  }
-  // Note [Estimated op costs]: on the roofline of the device its first tensor return lives on (CPU without one).
-  const OpWork work = returnWork(op, stack, pending_work_);
-  pending_work_ = OpWork();
-  profile.flops = work.flops;
-  profile.bytes_moved = work.bytes;
-  c10::Device device(c10::kCPU);
-  bool found = false;
-  for (size_t j = stack.size() - num_returns; j < stack.size() && !found; ++j) {
-    forEachTensor(stack[j], [&](const at::Tensor& t) {
-      if (!found && t.defined()) device = t.device(), found = true;
-    });
-  }
-  // A view runs no kernel: nothing to estimate.
-  if (!profile.view && !device.is_meta()) {
-    profile.estimated_micros = estimatedMicros(work.flops, work.bytes, deviceRoofline(device));
-  }
-  profile.skippable = skippable(op, stack);
-  profile.collective = name.name.rfind("c10d::", 0) == 0 || name.name.rfind("_c10d_functional::", 0) == 0;
-  flushProfiled();
-  last_profiled_ = std::make_unique<ProfiledOp>(std::move(profile));
-  last_profiled_op_ = op;
-}
-
-// The profile reaches the policy one op late, so that the reads of ignored ops
-// after it can be added (ProfiledOp::later_reads).
-void Invocation::flushProfiled() {
-  if (!last_profiled_) return;
-  const ProfiledOp profile = std::move(*last_profiled_);
-  const c10::OperatorHandle op = *last_profiled_op_;
-  last_profiled_.reset();
-  last_profiled_op_.reset();
-  policy_->observe(OpContext{false, id_, op, profile.occurrence, {}}, profile);
-}
-
-// Note [Explain's byte accounting]
-// In the forward, every storage an op reads or writes is named (StorageIds).
-// An op's output_bytes are the bytes of the storages its outputs hold that no
-// earlier op of the region touched: a view or an in-place result of an input,
-// of a parameter or of an earlier output costs nothing. A save's kept_bytes
-// are what keep() makes live until the recompute beyond what earlier saves
-// already keep: the storages of its returns not kept yet, and the snapshot of
-// each tensor it wrote (an in-place or out= result, copied by keep()).
 void Invocation::observeArguments(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   if (phase_ != Phase::kForward) return;
-  const size_t num_args = op.schema().arguments().size();
-  if (profiling_) {  // Note [Dead ops are skipped]: the op's reads; Note [Estimated op costs]: its work
-    pending_work_ = argumentWork(op, stack);
-    pending_reads_.clear();
-    for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
-      forEachTensor(stack[i], [&](const at::Tensor& t) {
-        if (t.defined() && t.has_storage()) pending_reads_.push_back(profile_ids_.of(t));
-      });
-    }
-  }
-  if (recorder_ == nullptr) return;
-  for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
-    forEachTensor(stack[i], [&](const at::Tensor& t) {
-      if (t.defined() && t.has_storage()) recorder_->seen_.of(t);
-    });
-  }
+  if (profile_.active()) profile_.noteArguments(op, stack);
+  if (recorder_ != nullptr) recorder_->noteArguments(op, stack);  // Note [Explain's byte accounting]
 }
 
+// Explain: the row of one op; the recorder adds its bytes, or the forward's row it replays.
 void Invocation::recordOp(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                           int64_t nanos) {
-  DecisionRecorder& r = *recorder_;
   ExplainedOp row;
   row.phase = phase_;
   row.op = qualifiedOpName(op.operator_name());
@@ -494,32 +354,8 @@ void Invocation::recordOp(const Admission& admission, const c10::OperatorHandle&
     if (admission.action == Action::kRun && isSave(last_answer_)) {
       row.rule += "; recomputed anyway: its result aliases its input (Note [Views are recomputed])";
     }
-    const auto& schema = op.schema();
-    const size_t num_returns = schema.returns().size();
-    for (size_t j = 0; j < num_returns; ++j) {
-      const bool written = aliasedArgument(schema, j) >= 0;
-      forEachTensor(stack[stack.size() - num_returns + j], [&](const at::Tensor& t) {
-        if (!t.defined()) return;
-        if (admission.action == Action::kSave && (written || !t.has_storage())) row.kept_bytes += tensorBytes(t);
-        if (!t.has_storage()) {
-          row.output_bytes += tensorBytes(t);
-          return;
-        }
-        bool first = false;
-        const int64_t sid = r.seen_.of(t, &first);
-        const auto bytes = static_cast<int64_t>(t.storage().nbytes());
-        if (first) row.output_bytes += bytes;
-        if (admission.action == Action::kSave && !written && r.kept_.insert(sid).second) row.kept_bytes += bytes;
-      });
-    }
-    r.forward_rows_[{row.op, row.occurrence}] = r.ops_.size();
-  } else if (phase_ == Phase::kRecompute && admission.action != Action::kIgnore) {
-    const auto fwd = r.forward_rows_.find({row.op, row.occurrence});
-    row.rule = fwd == r.forward_rows_.end()
-                   ? std::string("not run by the forward (nothing saved to misalign)")
-                   : "replays the forward's " + r.ops_[fwd->second].decision + " (" + r.ops_[fwd->second].rule + ")";
   }
-  r.ops_.push_back(std::move(row));
+  recorder_->record(std::move(row), op, stack);
 }
 
 void Invocation::afterRun(const Admission& admission, const c10::OperatorHandle& op,
@@ -532,101 +368,7 @@ void Invocation::afterRun(const Admission& admission, const c10::OperatorHandle&
     routing_.keep(op, admission.occurrence, stack);
     stats_.routing_kept_bytes += routing_.bytes() - before;
   }
-  if (C10_UNLIKELY(admission.remember_skip) && skippable(op, stack)) {
-    const size_t num_returns = op.schema().returns().size();
-    SkippedReturns r;
-    for (size_t j = stack.size() - num_returns; j < stack.size(); ++j) {
-      const at::Tensor& t = stack[j].toTensor();
-      r.shapes.emplace_back(t.sizes().vec(), t.strides().vec());
-      r.options.push_back(t.options());
-    }
-    skipped_.insert_or_assign(Key{opId(op), admission.occurrence}, std::move(r));
-    for (size_t j = stack.size() - num_returns; j < stack.size(); ++j) skip_storages_.of(stack[j].toTensor());
-  }
-}
-
-// Whether an ignored op reads its arguments' values: not views (aten::view,
-// detach) nor empty_like, which read only sizes (Note [Dead ops are skipped]).
-bool Invocation::readsValues(const c10::OperatorHandle& op) const {
-  return !tables_.returnsAlias(op) && op.operator_name().name != "aten::empty_like";
-}
-
-// Note [Skips are verified]
-// The plan marks ops dead from the profile's dataflow; a later forward may
-// flow differently (it diverged from the plan, or the same op sequence wired
-// its tensors otherwise). So every forward that skips checks the plan against
-// itself: an op the recompute will run (not saved, not skipped, not a view —
-// a view reads no values) or an ignored op that reads a storage a skip-marked
-// op returned, or a tensor autograd saves that lives in one, voids every skip
-// of the invocation when the forward ends; its recompute then runs them all.
-// The marked storages are named by StorageIds, whose weak references keep
-// each StorageImpl object (not its data) allocated until the forward ends, so
-// no later storage can take its address (a freed attention score buffer's
-// address taken by the next one voided every skip before).
-void Invocation::checkSkipReads(const torch::jit::Stack& stack, size_t num_args) {
-  if (skips_void_) return;
-  for (size_t i = stack.size() - num_args; i < stack.size() && !skips_void_; ++i) {
-    forEachTensor(stack[i], [&](const at::Tensor& t) {
-      if (skip_storages_.find(t) >= 0) skips_void_ = true;
-    });
-  }
-}
-
-// Note [Dead ops are skipped] (policy/budget_plan.h).
-// Note [Skipped outputs share one buffer]
-// A skipped op's returns are tensors of the forward's sizes and strides whose
-// values nothing reads: in a verified forward (Note [Skips are verified]) no
-// op the recompute runs reads them, none writes them (an in-place op reads
-// its argument), and autograd saves none. So they need no memory of their
-// own: every skipped return of one recompute phase lies over one scratch
-// buffer per device, grown to the largest one; allocating each (an attention
-// score matrix is the layer's largest tensor) would raise the recompute's
-// transient peak for nothing.
-void Invocation::skip(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  torch::jit::drop(*stack, op.schema().arguments().size());
-  c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
-  const SkippedReturns& r = *admission.skipped;
-  for (size_t j = 0; j < r.shapes.size(); ++j) {
-    const auto& [sizes, strides] = r.shapes[j];
-    const at::TensorOptions& options = r.options[j];
-    const size_t nbytes = at::detail::computeStorageNbytes(sizes, strides, options.dtype().itemsize());
-    if (nbytes == 0) {
-      stack->emplace_back(at::empty_strided(sizes, strides, options));
-      continue;
-    }
-    at::Tensor* scratch = nullptr;
-    for (auto& [device, buffer] : scratch_) {
-      if (device == options.device()) scratch = &buffer;
-    }
-    if (scratch == nullptr) scratch = &scratch_.emplace_back(options.device(), at::Tensor()).second;
-    if (!scratch->defined() || static_cast<size_t>(scratch->nbytes()) < nbytes) {
-      *scratch = at::empty({static_cast<int64_t>(nbytes)}, options.dtype(at::kByte));  // the old one lives on in its views
-    }
-    const at::Tensor keep = *scratch;
-    stack->emplace_back(at::from_blob(keep.data_ptr(), sizes, strides, [keep](void*) {}, options));
-  }
-}
-
-bool Invocation::skippable(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
-  const auto& schema = op.schema();
-  if (schema.is_mutable() || op.operator_name().name.rfind("aten::", 0) != 0 ||
-      op.hasTag(at::Tag::nondeterministic_seeded)) {
-    return false;
-  }
-  const size_t num_returns = schema.returns().size();
-  if (num_returns == 0 || stack.size() < num_returns) return false;
-  for (size_t j = 0; j < num_returns; ++j) {
-    const auto& ret = schema.returns()[j];
-    if (ret.alias_info() != nullptr || ret.type()->kind() != c10::TypeKind::TensorType) return false;
-    const c10::IValue& v = stack[stack.size() - num_returns + j];
-    if (!v.isTensor()) return false;
-    const at::Tensor& t = v.toTensor();
-    if (!t.defined() || !t.has_storage() || t.layout() != at::kStrided || t.is_meta()) return false;
-    // Integer and bool results (counts, indices, masks) size and route what follows, and Python reads them back
-    // without an op the region sees (tolist(), numpy(), split sizes): never skipped (Note [Dead ops are skipped]).
-    if (!c10::isFloatingType(t.scalar_type()) && !c10::isComplexType(t.scalar_type())) return false;
-  }
-  return true;
+  if (C10_UNLIKELY(admission.remember_skip)) dead_ops_.remember(op, admission.occurrence, stack);
 }
 
 void Invocation::logOp(Phase phase, const c10::OperatorHandle& op, const char* action) {

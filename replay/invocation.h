@@ -10,19 +10,25 @@
 // running their kernel, each entry released as it is served; all other ops run
 // again. Invocation itself never runs a kernel.
 //
+// Three jobs beside saving and serving live in units of their own, each a
+// member of the Invocation, which forwards to them: the ops the recompute
+// skips (DeadOps, replay/dead_ops.h), the budget profile (OpProfile,
+// replay/op_profile.h), and explain's rows (DecisionRecorder,
+// replay/explain.h, attached when explain asks).
+//
 // Thread safety: one thread at a time (the forward thread, later the thread
 // that runs backward). Stats are plain reads after the fact.
 #pragma once
 
 #include "policy/checkpoint_policy.h"
 #include "policy/op_tables.h"
-#include "replay/op_cost.h"
+#include "replay/dead_ops.h"
+#include "replay/op_profile.h"
 #include "replay/outer_hooks.h"
 #include "replay/phase.h"
 #include "replay/recompute_rules.h"
 #include "replay/routing_check.h"
 #include "replay/state_writes.h"
-#include "replay/storage_ids.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -30,7 +36,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -119,15 +124,11 @@ class Invocation {
     kSkip,       // recompute, dead: skip() — uninitialised returns of the forward's shapes (Note [Dead ops are skipped])
     kSkipWrite,  // recompute, an outside write made once already: skipWrite() — returns its arguments (Note [State written twice])
   };
-  struct SkippedReturns {
-    std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes;  // (sizes, strides) per return
-    std::vector<at::TensorOptions> options;
-  };
   struct Admission {
     Action action;
     int64_t occurrence;     // of this op in this phase (-1 for kIgnore)
     Entry* entry = nullptr;  // kServe: the saved entry admit() found, so serve() looks it up once
-    const SkippedReturns* skipped = nullptr;  // kSkip: the forward's return shapes
+    const DeadOps::Returns* skipped = nullptr;  // kSkip: the forward's return shapes
     bool remember_skip = false;  // kRun: the policy marked it dead for the recompute; afterRun() records its shapes
     bool check_routing = false;  // kRun: a routing op; afterRun() keeps its decision (Note [Routing is verified])
     bool verify_routing = false;  // kRecompute: verifyRouting() after the kernel
@@ -144,8 +145,8 @@ class Invocation {
   // this forward is a profile (Policy::wantsProfile(); kRun ops), or while a
   // recorder is attached (every op, both phases). The fallback's only cost
   // without either is this one branch.
-  bool timing() const { return profiling_ || recorder_ != nullptr; }
-  bool profiling() const { return profiling_; }
+  bool timing() const { return profile_.active() || recorder_ != nullptr; }
+  bool profiling() const { return profile_.active(); }
   // Before the op, when timing(): the storages of its arguments (explain's byte accounting).
   void observeArguments(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
   // A tensor autograd saves for backward while this forward runs (the
@@ -156,7 +157,7 @@ class Invocation {
   // Whether noteAutogradSaved() wants to hear of this forward's saved tensors:
   // a budget profile, or a forward that may skip ops (Note [Skips are verified]).
   bool watchesAutogradSaves() const {
-    return phase_ == Phase::kForward && (profiling_ || may_skip_);
+    return phase_ == Phase::kForward && (profile_.active() || may_skip_);
   }
   // Note [Frames hold what needs no recompute]
   // A checkpoint frame replaces each tensor autograd saves by a placeholder
@@ -211,13 +212,10 @@ class Invocation {
   }
   const InvocationOptions& options() const { return options_; }
 
-  // kSkip: pops the arguments and pushes uninitialised tensors shaped like the forward's returns.
-  void skip(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack);
-
-  // Whether an op's kernel may be skipped in a recompute at all (Note [Dead ops
-  // are skipped]): aten, not mutable, not seeded random, every return a
-  // defined dense tensor with storage (`stack` holds its returns).
-  static bool skippable(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+  // kSkip: pops the arguments and pushes uninitialised tensors shaped like the forward's returns (DeadOps::skip).
+  void skip(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+    dead_ops_.skip(*admission.skipped, op, stack);
+  }
 
   // kSave: the arguments the op will write, taken before the kernel runs.
   struct PendingSave {
@@ -277,18 +275,10 @@ class Invocation {
   std::unique_ptr<Policy> policy_;
   std::unordered_map<OpId, int64_t> occurrences_[2];
   Phase phase_ = Phase::kForward;
-  bool profiling_ = false;
   bool may_skip_ = false;  // this forward's policy may mark ops to skip (Policy::maySkipInRecompute)
-  StorageIds profile_ids_;  // Note [Profile storage ids]
-  std::vector<int64_t> pending_reads_;  // profile: storage ids of the running op's tensor arguments
-  OpWork pending_work_;                 // profile: the running op's flops and argument bytes
-  std::unique_ptr<ProfiledOp> last_profiled_;  // profile: handed to the policy when the next counted op arrives
-  std::optional<c10::OperatorHandle> last_profiled_op_;
-  void flushProfiled();
+  OpProfile profile_;      // the budget profile (replay/op_profile.h)
   std::shared_ptr<DecisionRecorder> recorder_;
   CheckpointPolicy last_answer_ = CheckpointPolicy::PREFER_RECOMPUTE;  // of the last decide()
-  void profileOp(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
-                 int64_t nanos);
   void recordOp(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                 int64_t nanos);
   int fsdp_depth_ = 0;  // Note [FSDP ranges are ignored]
@@ -305,15 +295,7 @@ class Invocation {
   void copyOnWrite(const c10::FunctionSchema& schema, const torch::jit::Stack& stack);
 
   std::unordered_map<Key, Entry, KeyHash> storage_;
-  std::unordered_map<Key, SkippedReturns, KeyHash> skipped_;  // Note [Dead ops are skipped]
-  // Note [Skips are verified]: storages of this forward's skip-marked outputs
-  // (held weakly, so their addresses stay theirs), and whether something the
-  // recompute runs or autograd saves read one.
-  StorageIds skip_storages_;
-  std::vector<std::pair<c10::Device, at::Tensor>> scratch_;  // Note [Skipped outputs share one buffer]
-  bool skips_void_ = false;
-  void checkSkipReads(const torch::jit::Stack& stack, size_t num_args);
-  bool readsValues(const c10::OperatorHandle& op) const;
+  DeadOps dead_ops_;  // Note [Dead ops are skipped]
   // Storage of every cached alias still held -> its entry.
   std::unordered_map<const c10::StorageImpl*, Key> cached_storage_;
   size_t stored_entries_ = 0;

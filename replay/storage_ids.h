@@ -3,7 +3,7 @@
 // StorageIds: names the storages seen during one phase of an invocation, so
 // that outputs sharing a storage (a view and its base, an in-place result and
 // its argument) get one name. Used by the budget profile and by explain's
-// byte accounting (Note [Profile storage ids] in replay/invocation.cpp).
+// byte accounting (Note [Profile storage ids] in replay/op_profile.cpp).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,5 +1,6 @@
 """Checks the include direction drawn in docs/design.md ("The map"): every `#include "…"` of a project file names
-a file of its own folder or of a folder it may depend on. Prints each offending include and exits 1.
+a file of its own folder or of a folder it may depend on; and the few files that must stay apart inside a folder
+(NOT_INCLUDED) do, directly or through other project headers. Prints each offending include and exits 1.
 
 Usage: python3 test/layout_check.py [PROJECT_ROOT]
 """
@@ -21,6 +22,14 @@ ALLOWED = {
     "tools/launch": {"plugin"},
     "tools/trainer": CORE | {"tools/moe", "tools/distributed", "tools/launch", "tools/evidence"},
 }
+# file -> {header it must not include, directly or through other project headers: why}. Inside a folder every
+# include is allowed by the map; these keep a general interface from growing a dependency on one of its users.
+NOT_INCLUDED = {
+    "policy/checkpoint_policy.h": {
+        "policy/budget_plan.h": "the policy interface needs only ProfiledOp (policy/profiled_op.h), not the budget "
+        "planner; include policy/profiled_op.h",
+    },
+}
 # Test, benchmark and example code may include anything; nothing else may include them.
 LEAVES = ("test", "bench", "examples")
 SOURCE = re.compile(r"\.(h|hpp|cpp|cc)$")
@@ -34,9 +43,29 @@ def folder(path):
     return parts[0]
 
 
+def include_chain(graph, start, target):
+    """The project headers from `start` to `target` along includes (both ends included), or None."""
+    parent = {start: None}
+    queue = [start]
+    while queue:
+        here = queue.pop(0)
+        if here == target:
+            chain = []
+            while here is not None:
+                chain.append(here)
+                here = parent[here]
+            return chain[::-1]
+        for inc in graph.get(here, ()):
+            if inc not in parent:
+                parent[inc] = here
+                queue.append(inc)
+    return None
+
+
 def main(root):
     bad = []
     checked = 0
+    graph = {}  # project file -> project files it includes
     for top in ("policy", "replay", "plugin", "tools", "test", "bench", "examples"):
         for dirpath, _, names in os.walk(os.path.join(root, top)):
             for name in names:
@@ -50,6 +79,7 @@ def main(root):
                     if not os.path.exists(os.path.join(root, inc)):
                         continue  # a system or generated header, not a project file
                     checked += 1
+                    graph.setdefault(path, []).append(inc)
                     there = folder(inc)
                     if there == here or here.split("/")[0] in LEAVES:
                         continue
@@ -60,6 +90,14 @@ def main(root):
                     elif there not in ALLOWED[here]:
                         allowed = ", ".join(sorted(ALLOWED[here])) or "nothing outside itself"
                         bad.append(f"{path}: includes {inc} ({there}), but {here} may include only {allowed}")
+    for path, rules in NOT_INCLUDED.items():
+        if not os.path.exists(os.path.join(root, path)):
+            bad.append(f"{path}: named in NOT_INCLUDED but not in the project; update the rule")
+        for header, why in rules.items():
+            chain = include_chain(graph, path, header)
+            if chain:
+                through = f" (through {', '.join(chain[1:-1])})" if len(chain) > 2 else ""
+                bad.append(f"{path}: includes {header}{through}, which it must not: {why}")
     for line in bad:
         print("layout:", line)
     print(f"layout: {checked} project includes checked, {len(bad)} against the map")

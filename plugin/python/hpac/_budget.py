@@ -69,7 +69,7 @@ class Budget:
         return budget
 
     def save_plan(self, path: Union[str, os.PathLike]) -> None:
-        """Writes the region's plan (after its profile) to `path` (Note [Plan files], policy/budget_policy.h);
+        """Writes the region's plan (after its profile) to `path` (Note [Plan files], policy/plan_file.h);
         hpac.budget(plan=path) replays it in the same region, on the same shapes, without profiling.
 
         Args:

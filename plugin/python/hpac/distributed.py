@@ -228,7 +228,7 @@ def check_same_config(config, runner_settings=""):
 # One budget plan for every rank
 
 def _plan_ops(text):
-    """(occurrence, op, overload) of every op line of a plan text (Note [Plan files], policy/budget_policy.h)."""
+    """(occurrence, op, overload) of every op line of a plan text (Note [Plan files], policy/plan_file.h)."""
     return [tuple(line.split()[1:4]) for line in text.splitlines()
             if line.split()[:1] and line.split()[0] in ("keep", "recompute", "skip")]
 
