@@ -19,6 +19,7 @@
 #pragma once
 
 #include "policy/op_tables.h"
+#include "replay/op_occurrence.h"
 #include "replay/storage_ids.h"
 
 #include <ATen/core/Tensor.h>
@@ -83,10 +84,8 @@ class DeadOps {
   void skip(const Returns& returns, const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
  private:
-  using Key = std::pair<OpId, int64_t>;
-  struct KeyHash {
-    size_t operator()(const Key& k) const { return std::hash<const void*>()(k.first) * 31 + static_cast<size_t>(k.second); }
-  };
+  using Key = OpOccurrence;
+  using KeyHash = OpOccurrenceHash;
   const ResolvedOpTables& tables_;
   std::unordered_map<Key, Returns, KeyHash> skipped_;
   // Note [Skips are verified]: storages of this forward's skip-marked outputs

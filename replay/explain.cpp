@@ -123,7 +123,7 @@ void DecisionRecorder::record(ExplainedOp row, const c10::OperatorHandle& op, co
       });
     }
     forward_rows_[{row.op, row.occurrence}] = ops_.size();
-  } else if (row.phase == Phase::kRecompute && counted) {
+  } else if (row.phase == Phase::kRecompute && counted && row.rule.empty()) {  // else the invocation said why
     const auto fwd = forward_rows_.find({row.op, row.occurrence});
     row.rule = fwd == forward_rows_.end()
                    ? std::string("not run by the forward (nothing saved to misalign)")

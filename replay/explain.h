@@ -38,7 +38,7 @@ struct ExplainedOp {
   Phase phase = Phase::kForward;
   std::string op;          // "aten::mm", "aten::max.dim"
   int64_t occurrence = -1; // of this op in this phase; -1 for ignored ops
-  // forward: save | recompute | ignore; recompute: serve | recompute | ignore
+  // forward: save | recompute | ignore; recompute: serve | recompute | skip | ignore
   std::string decision;
   std::string answer;      // the policy's CheckpointPolicy (forward, counted ops), else ""
   std::string rule;        // why: Policy::reason(); in the recompute, the forward's record it replays

@@ -346,6 +346,9 @@ void Invocation::recordOp(const Admission& admission, const c10::OperatorHandle&
     case Action::kServe: row.decision = "serve"; break;
     case Action::kRecompute: row.decision = "recompute"; break;
     case Action::kSkip: row.decision = "skip"; break;
+    case Action::kSkipWrite:
+      row.decision = "skip", row.rule = "an outside write the forward made: not made again (Note [State written twice])";
+      break;
   }
   if (phase_ == Phase::kForward && admission.action != Action::kIgnore) {
     row.answer = toString(last_answer_);

@@ -242,16 +242,8 @@ class Invocation {
   const std::vector<std::string>& opLog() const { return op_log_; }
 
  private:
-  struct Key {
-    OpId op;
-    int64_t occurrence;
-    bool operator==(const Key& o) const { return op == o.op && occurrence == o.occurrence; }
-  };
-  struct KeyHash {
-    size_t operator()(const Key& k) const {
-      return std::hash<const void*>()(k.op) * 31 + static_cast<size_t>(k.occurrence);
-    }
-  };
+  using Key = OpOccurrence;
+  using KeyHash = OpOccurrenceHash;
   struct Entry {
     std::vector<c10::IValue> outputs;           // detached aliases (or clones) of the returns
     std::vector<at::Tensor> written;            // snapshots of arguments the op wrote

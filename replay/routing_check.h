@@ -5,6 +5,7 @@
 #pragma once
 
 #include "policy/op_tables.h"
+#include "replay/op_occurrence.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -57,10 +58,8 @@ class RoutingCheck {
   }
 
  private:
-  using Key = std::pair<OpId, int64_t>;
-  struct KeyHash {
-    size_t operator()(const Key& k) const { return std::hash<const void*>()(k.first) * 31 + static_cast<size_t>(k.second); }
-  };
+  using Key = OpOccurrence;
+  using KeyHash = OpOccurrenceHash;
   std::unordered_map<Key, std::vector<std::pair<size_t, at::Tensor>>, KeyHash> kept_;  // (return index, copy)
   int64_t bytes_ = 0;
 };

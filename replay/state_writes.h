@@ -5,6 +5,7 @@
 #pragma once
 
 #include "policy/op_tables.h"
+#include "replay/op_occurrence.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -79,10 +80,8 @@ class StateWrites {
   bool empty() const { return writes_.empty(); }
 
  private:
-  using Key = std::pair<OpId, int64_t>;
-  struct KeyHash {
-    size_t operator()(const Key& k) const { return std::hash<const void*>()(k.first) * 31 + static_cast<size_t>(k.second); }
-  };
+  using Key = OpOccurrence;
+  using KeyHash = OpOccurrenceHash;
   std::string describe(const at::Tensor& t) const;
   // Storages some op of this forward returned fresh. The region's outside tensors all existed before it began and
   // live through it, so no storage created inside can share an address with one: raw addresses suffice.

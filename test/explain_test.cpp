@@ -201,5 +201,33 @@ TEST(Explain, RejectsUnknownModeAndRegion) {
   EXPECT_THROW(explainMoeBlocks(o), c10::Error);
 }
 
+// A write to an outside tensor that state_writes: skip does not make again is a skip row naming its Note, like the
+// recompute's other skipped ops (it had no decision at all before).
+TEST(Explain, AnOutsideWriteNotMadeAgainIsASkipRow) {
+  const at::Tensor w = at::randn({6, 6}).set_requires_grad(true);
+  const at::Tensor x = at::randn({3, 6}).set_requires_grad(true);
+  at::Tensor counter = at::zeros({6});
+  auto recorder = std::make_shared<DecisionRecorder>();
+  CheckpointOptions o;
+  o.state_writes = StateWriteRule::kSkip;
+  o.explain = recorder;
+  at::Tensor y = checkpoint(
+      [&](const at::Tensor& in) {
+        const at::Tensor h = at::linear(in, w).tanh();
+        counter.add_(h.detach().sum(0));
+        return h * 2;
+      },
+      x, o);
+  y.sum().backward();
+  int64_t skipped_writes = 0;
+  for (const ExplainedOp& op : recorder->ops()) {
+    if (op.phase != Phase::kRecompute || op.op != "aten::add_.Tensor") continue;
+    EXPECT_EQ(op.decision, "skip");
+    EXPECT_NE(op.rule.find("Note [State written twice]"), std::string::npos) << op.rule;
+    ++skipped_writes;
+  }
+  EXPECT_EQ(skipped_writes, 1);
+}
+
 }  // namespace
 }  // namespace hpac
