@@ -41,7 +41,8 @@ struct ExplainedOp {
   // forward: save | recompute | ignore; recompute: serve | recompute | skip | ignore
   std::string decision;
   std::string answer;      // the policy's CheckpointPolicy (forward, counted ops), else ""
-  std::string rule;        // why: Policy::reason(); in the recompute, the forward's record it replays
+  std::string rule;        // why: Policy::reason(); in the recompute, the forward's record it replays (or, for a
+                           // write not made again, Note [State written twice])
   // Bytes of new storage the outputs occupy: an output whose storage the
   // region already had (a view or in-place result of an input or of an
   // earlier output) costs nothing.

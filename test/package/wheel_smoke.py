@@ -138,5 +138,5 @@ for row in hc.summary(hf_runs):
           f"{row['max_dgrad']:.3g} vs off")
 
 print(f"{len(failures)} failed" if failures else "OK: the installed wheel checkpoints with each policy, gradients "
-      "equal to off; hpac.hf trains a transformers model from the wheel alone")
+      "equal to off; hpac.hf trains a transformers model without a build tree")
 sys.exit(1 if failures else 0)

@@ -23,7 +23,9 @@ std::string levelName(LogLevel level) { return level == LogLevel::kWarning ? "wa
 
 // Each [level, substring] of `expected` found in the plan's messages, in order.
 void expectMessages(const RoutePlan& plan, const YAML::Node& expected) {
-  if (expected.size() == 0) EXPECT_TRUE(plan.messages.empty());
+  if (expected.size() == 0) {
+    EXPECT_TRUE(plan.messages.empty());
+  }
   size_t at = 0;
   for (const YAML::Node& m : expected) {
     const std::string level = m[0].as<std::string>(), text = m[1].as<std::string>();
@@ -48,17 +50,31 @@ void expectLayers(const RoutePlan& plan, const YAML::Node& expected) {
 }
 
 void expectPlan(const RoutePlan& plan, const YAML::Node& e) {
-  if (e["needs_model"]) EXPECT_EQ(plan.needs_model, e["needs_model"].as<bool>());
-  if (e["touched"]) EXPECT_EQ(plan.touched, e["touched"].as<bool>());
-  if (e["kv_sharing"]) EXPECT_EQ(plan.kv_sharing, e["kv_sharing"].as<bool>());
-  if (e["use_cache_off"]) EXPECT_EQ(plan.use_cache_off, e["use_cache_off"].as<std::vector<std::string>>());
+  if (e["needs_model"]) {
+    EXPECT_EQ(plan.needs_model, e["needs_model"].as<bool>());
+  }
+  if (e["touched"]) {
+    EXPECT_EQ(plan.touched, e["touched"].as<bool>());
+  }
+  if (e["kv_sharing"]) {
+    EXPECT_EQ(plan.kv_sharing, e["kv_sharing"].as<bool>());
+  }
+  if (e["use_cache_off"]) {
+    EXPECT_EQ(plan.use_cache_off, e["use_cache_off"].as<std::vector<std::string>>());
+  }
   if (e["full_route"]) {
     EXPECT_EQ(plan.full_route ? std::string(toString(*plan.full_route)) : "null",
               e["full_route"].IsNull() ? "null" : e["full_route"].as<std::string>());
   }
-  if (e["full_route_reason"]) EXPECT_EQ(plan.full_route_reason, e["full_route_reason"].as<std::string>());
-  if (e["layers_wrapped"]) EXPECT_EQ(plan.layers_wrapped, e["layers_wrapped"].as<int64_t>());
-  if (e["submodules_wrapped"]) EXPECT_EQ(plan.submodules_wrapped, e["submodules_wrapped"].as<int64_t>());
+  if (e["full_route_reason"]) {
+    EXPECT_EQ(plan.full_route_reason, e["full_route_reason"].as<std::string>());
+  }
+  if (e["layers_wrapped"]) {
+    EXPECT_EQ(plan.layers_wrapped, e["layers_wrapped"].as<int64_t>());
+  }
+  if (e["submodules_wrapped"]) {
+    EXPECT_EQ(plan.submodules_wrapped, e["submodules_wrapped"].as<int64_t>());
+  }
   if (e["layers"]) expectLayers(plan, e["layers"]);
   if (e["messages"]) expectMessages(plan, e["messages"]);
 }

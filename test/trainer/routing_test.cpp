@@ -175,7 +175,7 @@ TEST(TrainerRouting, NamesOutsideTheAliasListsWrapNothingAndWarn) {
   EXPECT_NE(p.prep.warnings.back().find("0 modules wrapped"), std::string::npos) << p.prep.warnings.back();
 }
 
-// The decision order (Note [Full decision order] in routing.cpp), one test per branch beyond the ones above:
+// The decision order (Note [Full decision order] in route_plan.cpp), one test per branch beyond the ones above:
 // a model that is not language-tower-only takes the submodule path even with compile on (it used to take the
 // compile path and never wrap its norms); KV sharing comes before compile; compile comes before the native checks.
 Prepared prepareFullWithCompile(const std::string& model) {

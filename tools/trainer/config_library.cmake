@@ -16,7 +16,7 @@ add_library(hpac_trainer_config STATIC
   ${CMAKE_CURRENT_LIST_DIR}/route_plan.cpp
   ${CMAKE_CURRENT_LIST_DIR}/route_plan_json.cpp)
 hpac_public_usage(hpac_trainer_config)
-target_link_libraries(hpac_trainer_config PUBLIC hpac yaml-cpp absl::status absl::statusor absl::strings)
+target_link_libraries(hpac_trainer_config PUBLIC hpac yaml-cpp absl::status absl::statusor absl::strings ${CMAKE_DL_LIBS})
 hpac_warnings(hpac_trainer_config)
 
 add_library(hpac_config MODULE ${CMAKE_CURRENT_LIST_DIR}/config_ops.cpp)

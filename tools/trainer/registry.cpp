@@ -159,7 +159,7 @@ namespace {
 // wheel's hpac/lib -> hpac/share/hpac); empty if neither is readable.
 std::string registryNear(const std::string& file) {
   const std::string dir = file.substr(0, file.find_last_of('/'));
-  for (const std::string candidate : {dir + "/model_registry.yaml", dir + "/../share/hpac/model_registry.yaml"}) {
+  for (const std::string& candidate : {dir + "/model_registry.yaml", dir + "/../share/hpac/model_registry.yaml"}) {
     if (readable(candidate)) return candidate;
   }
   return "";
@@ -169,16 +169,17 @@ std::string registryNear(const std::string& file) {
 
 std::string defaultRegistryPath() {
   if (const char* env = std::getenv("HPAC_MODEL_REGISTRY"); env != nullptr && *env != '\0') return env;
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n > 0) {
-    if (std::string near = registryNear(std::string(exe, static_cast<size_t>(n))); !near.empty()) return near;
-  }
-  // The shared library holding this code (libhpac_config.so, loaded by hpac.hf from a build tree or the wheel).
+  // The file holding this code first: libhpac_config.so loaded by hpac.hf (a build tree, the wheel), whose Python
+  // interpreter's prefix may hold another install's registry; for a program that links it, the program itself.
   Dl_info self;
   if (dladdr(reinterpret_cast<void*>(&defaultRegistryPath), &self) != 0 && self.dli_fname != nullptr &&
       self.dli_fname[0] == '/') {
     if (std::string near = registryNear(self.dli_fname); !near.empty()) return near;
+  }
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) {
+    if (std::string near = registryNear(std::string(exe, static_cast<size_t>(n))); !near.empty()) return near;
   }
   return HPAC_TRAINER_SOURCE_REGISTRY;
 }

@@ -48,9 +48,10 @@ absl::StatusOr<ModelRegistry> loadRegistry(const std::string& path);
 absl::StatusOr<ModelRegistry> parseRegistry(const std::string& text, const std::string& file = "<string>");
 
 // Where the shipped registry is: $HPAC_MODEL_REGISTRY, else model_registry.yaml
-// beside the running binary or in ../share/hpac/ from it, else the same beside
-// the shared library holding this code (libhpac_config.so: a build tree, the
-// wheel's hpac/share/hpac/), else the source folder's copy.
+// beside the file holding this code or in ../share/hpac/ from it
+// (libhpac_config.so: a build tree, the wheel's hpac/share/hpac/; a program that
+// links it: the program), else the same from the running binary, else the
+// source folder's copy.
 std::string defaultRegistryPath();
 // Loads the shipped registry once per process (later calls return the same result).
 const absl::StatusOr<ModelRegistry>& builtinRegistry();

@@ -25,6 +25,7 @@ YAML::Node field(const YAML::Node& node, const std::string& key, const std::stri
 template <typename T>
 T read(const YAML::Node& node, const std::string& key, const std::string& where) {
   const YAML::Node value = field(node, key, where);
+  if (value.IsNull()) throw BadFacts(absl::StrCat(where, key, ": null"));
   try {
     return value.as<T>();
   } catch (const YAML::Exception&) {

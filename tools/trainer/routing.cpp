@@ -135,18 +135,20 @@ absl::StatusOr<Preparation> prepareModel(ZooModel& model, const TrainConfig& con
   Preparation prep;
   Logger logger(prep, log);
   RouteFacts facts = configFacts(config, registry);
-  if (needsDiscovery(facts)) {
-    auto discovery = discoverLayers(model, registry);
-    if (!discovery.ok()) return discovery.status();
-    prep.discovery = *std::move(discovery);
-    facts.model = modelFacts(model, prep.discovery);
-  }
-  auto plan = planRoutes(facts);
+  auto plan = planRoutes(facts);  // the config's own conflicts are refused before discovery
   if (!plan.ok()) return plan.status();
   if (config.train.compile) {
     // Note [hpac under torch.compile] (docs/design.md): hpac.hf compiles each layer after wrapping.
     logger.info("train.compile: true chooses the routes only here: libtorch has no compiler, every layer runs "
                 "eagerly; python -m hpac.hf_demo compiles each layer after wrapping");
+  }
+  if (plan->needs_model) {
+    auto discovery = discoverLayers(model, registry);
+    if (!discovery.ok()) return discovery.status();
+    prep.discovery = *std::move(discovery);
+    facts.model = modelFacts(model, prep.discovery);
+    plan = planRoutes(facts);
+    if (!plan.ok()) return plan.status();
   }
   for (const auto& [level, message] : plan->messages) {
     level == LogLevel::kWarning ? logger.warn(message) : logger.info(message);

@@ -233,6 +233,7 @@ void checkCollectives(const StepResult& r, CheckpointMode mode, const ParallelSp
 // run, the 1-rank reference; `worst` turns a rank's figure into the maximum
 // over the ranks.
 struct Comparison {
+  Comparison(const TrainConfig& c, std::shared_ptr<ParallelRuntime> p) : config(c), parallel(std::move(p)) {}
   const TrainConfig& config;
   std::shared_ptr<ParallelRuntime> parallel;
   std::vector<CheckpointMode> modes;
@@ -357,7 +358,7 @@ void summariseRows(const Comparison& c, CompareResult& result) {
 
 absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelRegistry& registry, std::ostream& out,
                                          const LogFn& log, std::shared_ptr<ParallelRuntime> parallel) {
-  Comparison c{config, std::move(parallel)};
+  Comparison c(config, std::move(parallel));
   CompareResult result;
   result.parallel = c.parallel != nullptr;
   if (absl::Status st = prepareModeTrainers(c, registry, log, result); !st.ok()) return st;

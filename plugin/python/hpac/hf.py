@@ -191,7 +191,7 @@ def discover(model: torch.nn.Module, registry: Optional[dict] = None) -> "Discov
     load_config_library()
     try:
         found = json.loads(torch.ops.hpac_config.find_layers(
-            json.dumps({"registry": registry, "modules": _module_tree(model)})))
+            json.dumps({"registry": registry, "modules": _module_tree(model)}, ensure_ascii=False)))
     except RuntimeError as e:
         raise LookupError(str(e)) from None
     d = Discovery(found["class_name"])
@@ -351,7 +351,7 @@ def plan_routes(facts: dict) -> dict:
     as a dict. A config the rules refuse raises ValueError naming the file or key."""
     load_config_library()
     try:
-        return json.loads(torch.ops.hpac_config.plan_routes(json.dumps(facts)))
+        return json.loads(torch.ops.hpac_config.plan_routes(json.dumps(facts, ensure_ascii=False)))
     except RuntimeError as e:
         raise ValueError(str(e)) from None
 
