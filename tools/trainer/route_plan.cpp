@@ -23,7 +23,8 @@ class Messages {
 bool isPolicyMode(CheckpointMode mode) { return mode == CheckpointMode::kSelective || mode == CheckpointMode::kBudget; }
 
 // The children of `layer` whose names are in any of `lists`, in list order.
-std::vector<std::string> childrenNamed(const LayerFacts& layer, std::initializer_list<const std::vector<std::string>*> lists) {
+std::vector<std::string> childrenNamed(const LayerFacts& layer,
+                                       std::initializer_list<const std::vector<std::string>*> lists) {
   std::vector<std::string> out;
   for (const auto* list : lists) {
     for (const std::string& name : *list) {
@@ -127,8 +128,8 @@ void planFullRoute(const RouteFacts& f, const ModelFacts& m, RoutePlan& plan, Me
 }
 
 // What one non-off layer gets: a whole-layer checkpoint, the native path, or full checkpoints of some children.
-void planLayer(const LayerFacts& facts, const AliasLists& a, RoutePlan& plan, LayerPlan& p, bool& warned_degrade,
-               Messages& log) {
+void planLayer(const LayerFacts& facts, const AliasLists& a, const RoutePlan& plan, LayerPlan& p,
+               bool& warned_degrade, Messages& log) {
   if (isPolicyMode(p.mode) && !plan.kv_sharing) {
     p.layer = p.mode;  // one region per layer: each profiles and plans its own forward (MoE routing differs)
   } else if (isPolicyMode(p.mode)) {

@@ -200,7 +200,8 @@ std::string jsonStringList(const std::vector<std::string>& items) {
 
 std::string routePlanJson(const RoutePlan& plan) {
   std::string out = absl::StrCat(
-      "{\"needs_model\": ", plan.needs_model ? "true" : "false", ", \"touched\": ", plan.touched ? "true" : "false", ", \"kv_sharing\": ", plan.kv_sharing ? "true" : "false",
+      "{\"needs_model\": ", plan.needs_model ? "true" : "false", ", \"touched\": ", plan.touched ? "true" : "false",
+      ", \"kv_sharing\": ", plan.kv_sharing ? "true" : "false",
       ", \"use_cache_off\": ", jsonStringList(plan.use_cache_off), ", \"full_route\": ",
       plan.full_route ? jsonString(toString(*plan.full_route)) : std::string("null"),
       ", \"full_route_reason\": ", jsonString(plan.full_route_reason), ", \"layers_wrapped\": ", plan.layers_wrapped,

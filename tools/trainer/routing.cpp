@@ -82,7 +82,9 @@ CheckpointSetting settingOf(const LayerPlan& plan, const ActivationCheckpointSpe
   s.layer = plan.layer;
   s.reentrant = plan.native;
   // One region per layer: each layer profiles and plans its own forward (MoE routing differs per layer).
-  if (plan.layer == CheckpointMode::kBudget) s.budget = std::make_shared<BudgetRegion>(budgetSpec(*ac.memory_budget, ac.cost));
+  if (plan.layer == CheckpointMode::kBudget) {
+    s.budget = std::make_shared<BudgetRegion>(budgetSpec(*ac.memory_budget, ac.cost));
+  }
   for (const std::string& name : plan.submodules) s.submodules[name] = CheckpointMode::kFull;
   return s;
 }
