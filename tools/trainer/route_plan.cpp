@@ -151,6 +151,11 @@ void planLayer(const LayerFacts& facts, const AliasLists& a, const RoutePlan& pl
   }
 }
 
+// Whether the plan needs ModelFacts: some layer can be checkpointed, or the front end compiles the layers.
+bool needsDiscovery(const RouteFacts& facts) {
+  return !facts.activation_checkpoint.allOff() || (facts.compile && facts.compiles_layers);
+}
+
 }  // namespace
 
 const char* toString(FullRoute route) {
@@ -160,10 +165,6 @@ const char* toString(FullRoute route) {
     case FullRoute::kSubmodules: return "submodules";
   }
   return "?";
-}
-
-bool needsDiscovery(const RouteFacts& facts) {
-  return !facts.activation_checkpoint.allOff() || (facts.compile && facts.compiles_layers);
 }
 
 absl::StatusOr<RoutePlan> planRoutes(const RouteFacts& f) {

@@ -90,9 +90,6 @@ struct RouteFacts {
   std::optional<ModelFacts> model;
 };
 
-// Whether the planner needs ModelFacts: some layer can be checkpointed, or the front end compiles the layers.
-bool needsDiscovery(const RouteFacts& facts);
-
 struct LayerPlan {
   std::string path;
   int64_t index = 0;

@@ -47,7 +47,6 @@ __all__ = [
 ]
 
 _lock = threading.Lock()
-_ROLE_ORDER = ("language", "vision")
 
 
 def _config_ops_present():
@@ -370,15 +369,11 @@ def _model_facts(d):
     layers = [{"path": ref.path, "index": ref.index, "role": c.role, "class_name": type(ref.module).__name__,
                "trainable": all(q.requires_grad for q in ref.module.parameters()),
                "native": _supports_native(ref.module), "has_seam": True, "children": list(ref.module._modules)}
-              for c in _containers_in_order(d) for ref in c.layers]
+              for c in d.containers for ref in c.layers]  # language first (layer_finder.h)
     return {"class_name": d.class_name, "how": d.how, "language_path": d.language().path,
             "has_vision": d.vision() is not None,
             "supports_checkpointing": bool(getattr(d.inner_model, "supports_gradient_checkpointing", False)),
             "configs": configs, "layers": layers}
-
-
-def _containers_in_order(d):
-    return sorted(d.containers, key=lambda c: _ROLE_ORDER.index(c.role))
 
 
 def prepare(model: torch.nn.Module, config: Union[str, os.PathLike, dict], registry: Optional[dict] = None,
