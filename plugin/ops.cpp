@@ -64,6 +64,8 @@ class InvocationHandle : public torch::CustomClassHolder {
   }
 
   int64_t id() const { return static_cast<int64_t>(invocation_->id()); }
+  // The C++ Invocation's address, for the C API's per-op calls (plugin/c_api.h); valid while this handle lives.
+  int64_t address() const { return static_cast<int64_t>(reinterpret_cast<intptr_t>(invocation_.get())); }
 
   void enter(const std::string& phase) {
     TORCH_CHECK(phase == "forward" || phase == "recompute", "hpac.Invocation.enter: unknown phase '", phase,
@@ -371,6 +373,7 @@ void registerClasses(torch::Library& m) {
   m.class_<InvocationHandle>("Invocation")
       .def(torch::init<std::string, std::vector<std::string>, bool, std::string, std::string, bool>())
       .def("id", &InvocationHandle::id)
+      .def("address", &InvocationHandle::address)
       .def("enter", &InvocationHandle::enter)
       .def("exit", &InvocationHandle::exit)
       .def("stats", &InvocationHandle::stats)

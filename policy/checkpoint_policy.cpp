@@ -69,4 +69,19 @@ PolicyFactory saveListPolicy(const std::vector<std::string>& ops) {
   }, "save list (listed: save, else recompute)");
 }
 
+namespace {
+
+class DecidedAfterRunPolicy final : public Policy {
+ public:
+  CheckpointPolicy decide(const OpContext&) override { return CheckpointPolicy::MUST_SAVE; }
+  std::string reason() const override { return "policy_fn (settled after the op)"; }
+  bool decidesAfterRun() const override { return true; }
+};
+
+}  // namespace
+
+PolicyFactory decidedAfterRunPolicy() {
+  return [] { return std::make_unique<DecidedAfterRunPolicy>(); };
+}
+
 }  // namespace hpac

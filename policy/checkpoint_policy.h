@@ -108,9 +108,22 @@ class Policy {
   // covers what off keeps; Note [Frames hold what needs no recompute],
   // replay/invocation.h).
   virtual bool holdsEverySaved() const { return false; }
+  // Note [Decided after the op]
+  // A policy whose answer comes after the op ran, from its caller (a Python
+  // policy_fn, called as torch's SAC calls it: with the op's output). decide()
+  // then answers provisionally: the invocation keeps every savable op's
+  // outputs, and the caller settles the last one right after the op returns
+  // (Invocation::settleLast): a recompute answer releases the entry again. An
+  // op nobody settles before the next op is admitted (or the forward ends) is
+  // recomputed. The recompute replays what was settled, as for every policy.
+  virtual bool decidesAfterRun() const { return false; }
 };
 
 using PolicyFactory = std::function<std::unique_ptr<Policy>()>;
+
+// The policy of Note [Decided after the op]: every op provisionally saved,
+// settled by the caller after the op ran.
+PolicyFactory decidedAfterRunPolicy();
 
 // Recompute everything: a plain (full) activation checkpoint.
 PolicyFactory recomputeAllPolicy();

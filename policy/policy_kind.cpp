@@ -10,11 +10,12 @@
 namespace hpac {
 namespace {
 
-constexpr std::array<std::pair<PolicyKind, const char*>, 4> kNames = {{
+constexpr std::array<std::pair<PolicyKind, const char*>, 5> kNames = {{
     {PolicyKind::kFull, "full"},
     {PolicyKind::kSelective, "selective"},
     {PolicyKind::kSaveList, "save_list"},
     {PolicyKind::kSaveAll, "save_all"},
+    {PolicyKind::kPolicyFn, "policy_fn"},
 }};
 
 }  // namespace
@@ -30,7 +31,8 @@ PolicyKind parsePolicyKind(const std::string& name, const char* caller) {
   for (const auto& [k, n] : kNames) {
     if (name == n) return k;
   }
-  TORCH_CHECK(false, caller, ": unknown policy kind '", name, "'; allowed: full, selective, save_list, save_all");
+  TORCH_CHECK(false, caller, ": unknown policy kind '", name, "'; allowed: full, selective, save_list, save_all, "
+              "policy_fn");
 }
 
 PolicyFactory policyForKind(PolicyKind kind, const std::vector<std::string>& save_list, const char* caller) {
@@ -45,6 +47,8 @@ PolicyFactory policyForKind(PolicyKind kind, const std::vector<std::string>& sav
       return saveListPolicy(save_list);
     case PolicyKind::kSaveAll:
       return functionPolicy([](const OpContext&) { return CheckpointPolicy::MUST_SAVE; }, "save_all");
+    case PolicyKind::kPolicyFn:
+      return decidedAfterRunPolicy();
   }
   TORCH_CHECK(false, caller, ": policy kind ", static_cast<int>(kind), " is not one of hpac::PolicyKind");
 }

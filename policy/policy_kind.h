@@ -7,6 +7,8 @@
 //   selective  the built-in rules (policy/selective_policy.h)
 //   save_list  save exactly the listed ops (saveListPolicy)
 //   save_all   save every counted op (a test and benchmark baseline)
+//   policy_fn  decided per op by the caller after the op ran (a Python
+//              policy_fn; Note [Decided after the op], checkpoint_policy.h)
 #pragma once
 
 #include "policy/checkpoint_policy.h"
@@ -16,7 +18,7 @@
 
 namespace hpac {
 
-enum class PolicyKind { kFull, kSelective, kSaveList, kSaveAll };
+enum class PolicyKind { kFull, kSelective, kSaveList, kSaveAll, kPolicyFn };
 
 const char* toString(PolicyKind kind);
 

@@ -25,6 +25,9 @@ TracedPolicy::TracedPolicy(const PolicyFactory& factory, bool save_routing)
               "made from an eager profile of the region, which compiled code never runs. Use torch.compile's own "
               "budget (torch._functorch.config.activation_memory_budget = 0.5, with the region checkpointed by "
               "torch.utils.checkpoint) or run the region eagerly");
+  TORCH_CHECK(!policy_->decidesAfterRun(),
+              "hpac: a policy_fn region cannot be decided by hpac's traced policy; under torch.compile "
+              "hpac.create_selective_checkpoint_contexts hands the policy_fn to torch's selective checkpoint modes");
   policy_->onPhaseBegin(/*is_recompute=*/false);
 }
 

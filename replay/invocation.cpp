@@ -118,6 +118,7 @@ Invocation::Invocation(const PolicyFactory& policy, InvocationOptions options)
       policy_(policy ? policy() : recomputeAllPolicy()()),
       profile_(tables_, id_),
       recorder_(options_.recorder),
+      decides_after_run_(policy_ != nullptr && policy_->decidesAfterRun()),
       dead_ops_(tables_) {
   TORCH_CHECK(policy_ != nullptr, "hpac: the policy factory of invocation ", id_, " returned a null policy");
 }
@@ -145,6 +146,7 @@ void Invocation::endPhase(bool completed) {
   }
   if (profile_.active()) profile_.end(*policy_);
   if (phase_ == Phase::kForward) {  // Note [Skips are verified]
+    if (unsettled_) discard(*unsettled_);  // Note [Decided after the op]: nobody answered for the last op
     dead_ops_.endForward(completed);
     state_writes_.endForward();
     if (outer_hooks_ != nullptr && completed) packKept();  // Note [Outer saved-tensor hooks]
@@ -160,6 +162,10 @@ void Invocation::endPhase(bool completed) {
 
 Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& op,
                                         const torch::jit::Stack& stack) {
+  // Note [Decided after the op]: an op kept provisionally that nobody settled before this one is recomputed.
+  if (C10_UNLIKELY(unsettled_.has_value()) && phase == Phase::kForward && !tables_.isIgnored(op)) {
+    discard(*unsettled_);
+  }
   if (phase == Phase::kForward && !cached_storage_.empty() && op.schema().is_mutable()) {
     copyOnWrite(op.schema(), stack);
   }
@@ -473,7 +479,7 @@ void Invocation::keep(PendingSave pending, const c10::OperatorHandle& op, torch:
     entry.outputs.push_back(mapTensors(ret, [&](const at::Tensor& t) {
       if (!t.defined()) return t;
       entry.bytes += tensorBytes(t);
-      if (options_.allow_cache_mutation) return t.clone();
+      if (options_.allow_cache_mutation && !decides_after_run_) return t.clone();  // settleLast() clones
       at::Tensor alias = detachedAlias(t);
       const c10::VariableVersion& counter = alias.unsafeGetTensorImpl()->version_counter();
       entry.versions.emplace_back(counter, counter.current_version());
@@ -489,6 +495,50 @@ void Invocation::keep(PendingSave pending, const c10::OperatorHandle& op, torch:
   for (const c10::StorageImpl* s : entry.storages) cached_storage_[s] = Key{opId(op), occurrence};
   const bool inserted = storage_.emplace(Key{opId(op), occurrence}, std::move(entry)).second;
   TORCH_INTERNAL_ASSERT(inserted, "hpac: duplicate storage key for ", opName(op), " occurrence ", occurrence);
+  if (decides_after_run_) unsettled_ = Key{opId(op), occurrence};
+}
+
+bool Invocation::settleLast(const c10::OperatorHandle& op, CheckpointPolicy answer) {
+  if (!unsettled_ || unsettled_->op != opId(op)) return false;
+  const Key key = *unsettled_;
+  unsettled_.reset();
+  if (!isSave(answer)) {
+    discard(key);
+    if (C10_UNLIKELY(record_ops_) && !op_log_.empty()) {
+      op_log_.back() = "forward " + qualifiedOpName(op.operator_name()) + " run";
+    }
+    return true;
+  }
+  if (options_.allow_cache_mutation) {  // the provisional aliases become the clones keep() makes otherwise
+    Entry& entry = storage_.at(key);
+    c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
+    for (c10::IValue& out : entry.outputs) {
+      out = mapTensors(out, [](const at::Tensor& t) { return t.defined() ? t.clone() : t; });
+    }
+    for (const c10::StorageImpl* s : entry.storages) cached_storage_.erase(s);
+    entry.storages.clear();
+    entry.versions.clear();
+  }
+  return true;
+}
+
+bool Invocation::runsInRecompute(const c10::OperatorHandle& op) const {
+  if (phase_ != Phase::kRecompute || tables_.isIgnored(op) || fsdp_depth_ > 0) return true;
+  const auto next = occurrences_[1].find(opId(op));
+  const int64_t occurrence = next == occurrences_[1].end() ? 0 : next->second;
+  if (storage_.count(Key{opId(op), occurrence}) != 0) return false;
+  return dead_ops_.empty() || dead_ops_.find(opId(op), occurrence) == nullptr;
+}
+
+// The forward's provisional entry for `key`, answered recompute (or never answered): gone as if never kept.
+void Invocation::discard(const Key& key) {
+  if (unsettled_ && *unsettled_ == key) unsettled_.reset();
+  const auto it = storage_.find(key);
+  if (it == storage_.end()) return;
+  --stats_.saved;
+  stats_.saved_bytes -= it->second.bytes;
+  release(it->second);
+  storage_.erase(it);
 }
 
 // Recompute, SAVE: the kernel does not run. Pop the arguments, push fresh
@@ -509,8 +559,9 @@ void Invocation::serve(const Admission& admission, const c10::OperatorHandle& op
       release(entry);  // reported by this error, not again as unserved (ends `version`'s lifetime)
       TORCH_CHECK(false, "hpac: the cached output of ", opName(op), " occurrence ", occurrence, " of invocation ", id_,
                   " was modified in place after it was saved (version ", at_save, " at save, ", now,
-                  " now), so serving it would give wrong gradients. Don't mutate the outputs of saved ops inside "
-                  "the region, or set allow_cache_mutation (saved outputs are then cloned).");
+                  " now): it was mutated after the region, so serving it would give wrong gradients (writes inside "
+                  "the region are copied on write). Don't write to it before backward, or set "
+                  "allow_cache_entry_mutation=True (saved outputs are then cloned when saved).");
     }
   }
   if (!entry.packed.empty()) unpack(entry);  // Note [Outer saved-tensor hooks]

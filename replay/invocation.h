@@ -36,6 +36,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -228,6 +229,19 @@ class Invocation {
   // arguments) under (op, occurrence).
   void keep(PendingSave pending, const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+  // Note [Decided after the op] (policy/checkpoint_policy.h): the caller's
+  // answer for the op this forward kept last, provisionally. Returns false,
+  // changing nothing, when that op is not `op` (an op hpac ignores, a view,
+  // which is never saved, or an op already settled). A recompute answer
+  // releases the entry; a save answer keeps it (as a clone when cache mutation
+  // is allowed).
+  bool settleLast(const c10::OperatorHandle& op, CheckpointPolicy answer);
+  // Recompute phase: whether the next call of `op` runs its kernel (false:
+  // served from storage, or skipped). Asked by hpac's Python package before an
+  // outer dispatch mode would see the op (Note [Outer dispatch modes see what
+  // ran], plugin/python/hpac/_policy_fn.py).
+  bool runsInRecompute(const c10::OperatorHandle& op) const;
+
   // kServe: pops the arguments and pushes what the forward kept; releases the entry.
   void serve(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
@@ -271,6 +285,10 @@ class Invocation {
   OpProfile profile_;      // the budget profile (replay/op_profile.h)
   std::shared_ptr<DecisionRecorder> recorder_;
   CheckpointPolicy last_answer_ = CheckpointPolicy::PREFER_RECOMPUTE;  // of the last decide()
+  // Note [Decided after the op]: whether the policy's answers are provisional, and the entry kept last, unsettled.
+  const bool decides_after_run_;
+  std::optional<OpOccurrence> unsettled_;
+  void discard(const OpOccurrence& key);
   void recordOp(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                 int64_t nanos);
   int fsdp_depth_ = 0;  // Note [FSDP ranges are ignored]

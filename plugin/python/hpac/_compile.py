@@ -64,6 +64,9 @@ def traced_contexts(policy, allow_cache_entry_mutation: bool, routing: str = "ve
             "budget: torch._functorch.config.activation_memory_budget = 0.5 with the region checkpointed by "
             "torch.utils.checkpoint (no context_fn); or run the budgeted region eagerly")
     kind, names = _policy_kind(policy)
+    if kind == "policy_fn":  # the user's own function decides each traced op, as with torch's SAC
+        from ._policy_fn import checked_policy_fn
+        return create_selective_checkpoint_contexts(checked_policy_fn(policy), allow_cache_entry_mutation)
     traced = torch.classes.hpac.TracedPolicy(kind, names, routing == "save")
     TRACED.append(traced)
     answers = list(CheckpointPolicy)  # the same order as hpac's CheckpointPolicy (policy/checkpoint_policy.h)

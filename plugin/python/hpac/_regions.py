@@ -8,12 +8,13 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Un
 
 import torch
 
-from . import _compile
+from . import _compile, _policy_fn
 from ._budget import Budget
 
 # A policy as hpac's Python API takes it: a kind name ("selective", "full", "save_all"; parsed in C++,
-# policy/policy_kind.h), None (= "full"), an iterable of op names (a save list), or a Budget.
-PolicyLike = Union[str, None, Sequence[str], Budget]
+# policy/policy_kind.h), None (= "full"), a save list (op names, OpOverloads, OpOverloadPackets), a Budget, or a
+# policy function policy_fn(ctx, op, *args, **kwargs) as torch's selective checkpointing takes it (_policy_fn.py).
+PolicyLike = Union[str, None, Sequence, Budget, Callable]
 
 
 def _policy_kind(policy: PolicyLike) -> Tuple[str, List[str]]:
@@ -22,10 +23,9 @@ def _policy_kind(policy: PolicyLike) -> Tuple[str, List[str]]:
         return "full", []
     if isinstance(policy, str):
         return policy, []
-    names = list(policy)
-    if not all(isinstance(n, str) for n in names):
-        raise ValueError(f"hpac: a save list holds op names (str), got {names!r}")
-    return "save_list", names
+    if callable(policy):
+        return "policy_fn", []
+    return "save_list", _policy_fn.save_list_names(list(policy))
 
 
 def _cache_entry_mutation(allow_cache_entry_mutation: bool, allow_cache_mutation: Optional[bool]) -> bool:
@@ -46,22 +46,34 @@ class _Region:
     `note_saved` is set while a forward region reports what autograd saves and torch cannot wrap the checkpoint's
     own hooks (torch 1.13): hpac's own checkpoint frame then calls it from its pack hook (_frame.py)."""
 
-    __slots__ = ("_invocation", "_phase", "_reporting", "note_saved")
+    __slots__ = ("_invocation", "_phase", "_reporting", "_mode", "note_saved")
 
     def __init__(self, invocation: "Invocation", phase: str):
         self._invocation = invocation
         self._phase = phase
         self._reporting = None
+        self._mode = None
         self.note_saved = None
 
     def __enter__(self) -> "Invocation":
         handle = self._invocation._handle
+        # A policy function decides the forward's ops (Note [Decided after the op]); outer dispatch modes around a
+        # recompute see only the ops that run (Note [Outer dispatch modes see what ran]), both in _policy_fn.py.
+        if self._phase == "forward" and self._invocation._policy_fn is not None:
+            self._mode = _policy_fn._PolicyFnMode(self._invocation._policy_fn, self._invocation)
+        elif self._phase == "recompute" and _policy_fn.outer_modes_active():
+            self._mode = _policy_fn._ServedOpsMode(self._invocation)
         handle.enter(self._phase)
         if self._phase == "forward" and handle.watches_saved():
             self._reporting = self._report_saved(handle)
+        if self._mode is not None:
+            self._mode.__enter__()
         return self._invocation
 
     def __exit__(self, exc_type, exc, tb):
+        if self._mode is not None:
+            mode, self._mode = self._mode, None
+            mode.__exit__(exc_type, exc, tb)
         if self._reporting is not None:
             reporting, self._reporting = self._reporting, None
             reporting()
@@ -125,7 +137,9 @@ class Invocation:
     """One checkpoint call: the C++ Invocation (op counters, storage, stats) and its two regions.
 
     Args:
-        policy: a kind name ("selective", "full", ...), a save list of op names, or a Budget.
+        policy: a kind name ("selective", "full", ...), a save list (op names, OpOverloads, OpOverloadPackets), a
+            Budget, or a policy function policy_fn(ctx, op, *args, **kwargs) as torch's SAC takes it (asked once
+            per op in the forward; Note [Decided after the op], policy/checkpoint_policy.h).
         allow_cache_entry_mutation: outputs kept for the recompute may be mutated in place after the region (they
             are cloned when saved); otherwise such a mutation is an error in backward.
         record_ops: keep a log of every op the fallback handed to it (op_log()), for tests and explain tools.
@@ -145,6 +159,10 @@ class Invocation:
                  allow_cache_mutation: Optional[bool] = None):
         allow = _cache_entry_mutation(allow_cache_entry_mutation, allow_cache_mutation)
         rules = (str(routing), str(state_writes), bool(respect_saved_tensors_hooks))
+        self._policy_fn = None
+        if callable(policy) and not isinstance(policy, (str, Budget)):
+            _policy_fn.require_modes("a policy function")
+            self._policy_fn = policy
         if isinstance(policy, Budget):
             self._handle = policy._invocation(allow, *rules)
         else:
@@ -195,6 +213,8 @@ def _policy_key(policy: PolicyLike):
     if isinstance(policy, Budget):
         return ("budget", policy._number)
     kind, names = _policy_kind(policy)
+    if kind == "policy_fn":
+        return ("policy_fn", policy)  # a function is a constant Dynamo can guard on, as in torch's own partial
     return kind if kind != "save_list" else ("save_list", tuple(names))
 
 
@@ -203,6 +223,8 @@ def _policy_of(key) -> PolicyLike:
         return key
     if key[0] == "budget":
         return Budget._by_number(key[1])
+    if key[0] == "policy_fn":
+        return key[1]
     return list(key[1])
 
 
@@ -233,7 +255,8 @@ def context_fn(policy: PolicyLike = "selective", allow_cache_entry_mutation: boo
     there is an error naming torch.compile's own budget; on_invocation is not called: no eager invocation runs).
 
     Args:
-        policy: a kind name ("selective", "full"), a save list of op names, or a Budget.
+        policy: a kind name ("selective", "full"), a save list (op names, OpOverloads, OpOverloadPackets), a Budget,
+            or a policy function policy_fn(ctx, op, *args, **kwargs) returning a CheckpointPolicy or a bool.
         allow_cache_entry_mutation: as torch's create_selective_checkpoint_contexts.
         on_invocation: called with each eager call's Invocation (to read its stats after backward).
         record_ops: each eager Invocation keeps its op log.
