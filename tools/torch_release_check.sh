@@ -65,7 +65,8 @@ fail() {
   echo "[hpac release] FAILED: $1" >&2
   [ -s "$2" ] && { echo "[hpac release] last lines of $2:" >&2; tail -n 40 "$2" >&2; }
   failed_step=$1
-  record
+  # Only a torch that installed gets an entry (a version pip cannot find leaves the JSON as it was).
+  [ -z "$torch_full" ] || record
   exit 1
 }
 
