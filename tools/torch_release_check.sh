@@ -132,7 +132,7 @@ fi
 py=$venv/bin/python
 python_version=$("$py" -c 'import platform; print(platform.python_version())')
 # The pins of tools/requirements.txt with torch==VERSION in place of the project's torch.
-requirements=$build.requirements.txt
+requirements=$venv/hpac-release-requirements.txt
 { grep -vE '^(torch==|#|$)' "$root/tools/requirements.txt"; echo "torch==$version"; } >"$requirements"
 stamp=$venv/.hpac-release-requirements
 # pip's configured constraint files (pip config list: *.constraint='FILE ...'): lifted for this venv's pip calls when
@@ -262,7 +262,7 @@ pip_s=$(( $(date +%s) - pip_start ))
 [ "$pip_ok" = 1 ] || fail "pip install --no-build-isolation ." "$pip_log"
 step "installed in $pip_s s; python -m hpac:"
 # From the venv's folder with -I: the installed package, not the source tree's.
-hpac_out=$(cd "$venv" && "$py" -I -m hpac 2>&1) || { echo "$hpac_out" >"$pip_log.hpac"; fail "python -m hpac" "$pip_log.hpac"; }
+hpac_out=$(cd "$venv" && "$py" -I -m hpac 2>&1) || { echo "$hpac_out" >"$build.hpac.log"; fail "python -m hpac" "$build.hpac.log"; }
 echo "$hpac_out" | sed 's/^/    /'
 hpac_info=$(echo "$hpac_out" | head -1 | tr -d '"\\')
 step "test/package/wheel_smoke.py against the installed package"
