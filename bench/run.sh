@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmark suite: builds, then runs the per-op overhead benchmark, the
-# per-mode step benchmarks (core blocks; trainer zoo models with AdamW) and the
-# Python peer harness, writing JSON to
+# per-mode step benchmarks (core blocks; trainer zoo models with AdamW), the
+# Python peer harness and the Python policy_fn benchmark, writing JSON to
 # bench/results/ and the plot to docs/results_step.svg. A few minutes here.
 #
 # Allocator control: glibc malloc serves large tensors with mmap/munmap, and
@@ -19,26 +19,30 @@ blas=$(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null |
 echo "[hpac bench] BLAS: $blas; GLIBC_TUNABLES=$GLIBC_TUNABLES; $(nproc) CPUs"
 echo "$blas" >"$out/blas.txt"
 
-echo "[hpac bench] 1/5 per-op overhead"
+echo "[hpac bench] 1/6 per-op overhead"
 "$build/bench/hpac_bench_overhead" --benchmark_repetitions=7 --benchmark_report_aggregates_only=true \
   --benchmark_out="$out/overhead.json" --benchmark_out_format=json
 
-echo "[hpac bench] 2/5 block step per mode (off / full / selective side by side)"
+echo "[hpac bench] 2/6 block step per mode (off / full / selective side by side)"
 "$build/bench/hpac_bench_step" --benchmark_out="$out/step.json" --benchmark_out_format=json \
   ${HPAC_BENCH_FILTER:+--benchmark_filter=$HPAC_BENCH_FILTER}
 
-echo "[hpac bench] 3/5 trainer step per mode on the zoo models (Qwen3-MoE tiny, GPT-2-like)"
+echo "[hpac bench] 3/6 trainer step per mode on the zoo models (Qwen3-MoE tiny, GPT-2-like)"
 "$build/bench/hpac_bench_train_step" --benchmark_out="$out/train_step.json" --benchmark_out_format=json \
   ${HPAC_BENCH_FILTER:+--benchmark_filter=$HPAC_BENCH_FILTER}
 
-echo "[hpac bench] 4/5 Python peer harness (off, torch checkpoint, Python-mode SAC, hpac)"
+echo "[hpac bench] 4/6 Python peer harness (off, torch checkpoint, Python-mode SAC, hpac)"
 python=${HPAC_TORCH_PYTHON:-$root/.venv/bin/python}  # the torch build/ was built against
 HPAC_LIBRARY="$build/plugin/libhpac.so" PYTHONPATH="$root/plugin/python" \
   "$python" "$root/bench/peer_harness.py" --out "$out/peer.json"
 
-echo "[hpac bench] 5/5 hpac vs PyTorch's own SAC (same policy), eager and SDPA attention, and per-op cost"
+echo "[hpac bench] 5/6 hpac vs PyTorch's own SAC (same policy), eager and SDPA attention, and per-op cost"
 HPAC_LIBRARY="$build/plugin/libhpac.so" PYTHONPATH="$root/plugin/python" \
   "$python" "$root/bench/sac_peer.py" --out "$out/sac_peer.json"
+
+echo "[hpac bench] 6/6 a Python policy_fn per op, forward and recompute: hpac vs PyTorch's own SAC, and hpac's C++ rules"
+HPAC_LIBRARY="$build/plugin/libhpac.so" PYTHONPATH="$root/plugin/python" \
+  "$python" "$root/bench/policy_fn_overhead.py" --out "$out/policy_fn_overhead.json"
 
 echo "[hpac bench] multi-rank comparisons of docs/distributed.md (hpac-train --compare --nproc N)"
 "$python" "$root/bench/distributed.py" --build "$build" --out "$out/distributed.json"
