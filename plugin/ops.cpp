@@ -107,6 +107,7 @@ class InvocationHandle : public torch::CustomClassHolder {
     return {held};
   }
   void releaseKept() { invocation_->releaseKept(); }
+  void respectSavedTensorsHooks(bool respect) { invocation_->respectSavedTensorsHooks(respect); }
   bool keptReleased() const { return invocation_->keptReleased(); }
   void nameState(const std::vector<at::Tensor>& tensors, const std::vector<std::string>& names) {
     TORCH_CHECK(tensors.size() == names.size(), "hpac.Invocation.name_state: ", tensors.size(), " tensors but ",
@@ -383,6 +384,7 @@ void registerClasses(torch::Library& m) {
       .def("note_saved", &InvocationHandle::noteSaved)
       .def("hold_saved", &InvocationHandle::holdSaved)
       .def("release_kept", &InvocationHandle::releaseKept)
+      .def("respect_saved_tensors_hooks", &InvocationHandle::respectSavedTensorsHooks)
       .def("kept_released", &InvocationHandle::keptReleased)
       .def("name_state", &InvocationHandle::nameState)
       .def("op_log", &InvocationHandle::opLog)

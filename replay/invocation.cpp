@@ -119,6 +119,7 @@ Invocation::Invocation(const PolicyFactory& policy, InvocationOptions options)
       profile_(tables_, id_),
       recorder_(options_.recorder),
       decides_after_run_(policy_ != nullptr && policy_->decidesAfterRun()),
+      respect_outer_hooks_(options_.respect_saved_tensors_hooks),
       dead_ops_(tables_) {
   TORCH_CHECK(policy_ != nullptr, "hpac: the policy factory of invocation ", id_, " returned a null policy");
 }

@@ -209,8 +209,12 @@ class Invocation {
   // The hooks around the region, captured by whoever enters the forward (Note [Outer saved-tensor hooks]);
   // ignored unless options.respect_saved_tensors_hooks.
   void useOuterHooks(std::shared_ptr<const OuterHooks> hooks) {
-    if (options_.respect_saved_tensors_hooks) outer_hooks_ = std::move(hooks);
+    if (respect_outer_hooks_) outer_hooks_ = std::move(hooks);
   }
+  // The caller's own answer, given before a forward, overriding options.respect_saved_tensors_hooks from then on
+  // (torch >= 2.14's checkpoint(respect_saved_tensors_hooks=True|False); Note [torch's respect_saved_tensors_hooks]
+  // in plugin/python/hpac/_regions.py).
+  void respectSavedTensorsHooks(bool respect) { respect_outer_hooks_ = respect; }
   const InvocationOptions& options() const { return options_; }
 
   // kSkip: pops the arguments and pushes uninitialised tensors shaped like the forward's returns (DeadOps::skip).
@@ -299,6 +303,7 @@ class Invocation {
   RoutingCheck routing_;
   StateWrites state_writes_;
   std::shared_ptr<const OuterHooks> outer_hooks_;
+  bool respect_outer_hooks_;  // options_.respect_saved_tensors_hooks unless respectSavedTensorsHooks() said otherwise
   Admission recomputeStateWrite(Admission admission, const c10::OperatorHandle& op);
   void release(Entry& entry);
   void watchUnsafeAliases(const torch::jit::Stack& stack, size_t num_returns);

@@ -111,6 +111,39 @@ TEST_F(ReplayTest, RecomputedOpsRunAgain) {
   EXPECT_EQ(inv.stats().saved, 0);
 }
 
+// Note [Decided after the op]: each op kept provisionally, the answer settled after it; what the answers settled is
+// what the recompute serves, and runsInRecompute() says so before each op.
+TEST_F(ReplayTest, AnswersSettledAfterTheOpAreReplayed) {
+  Invocation inv(decidedAfterRunPolicy());
+  const c10::OperatorHandle mm = c10::Dispatcher::singleton().findSchemaOrThrow("hpac_test::counted_mm", "");
+  const c10::OperatorHandle add = c10::Dispatcher::singleton().findSchemaOrThrow("aten::add", "Tensor");
+  const at::Tensor a = at::randn({4, 4});
+  {
+    RegionGuard region(inv, Phase::kForward);
+    callCountedMm(a, a);
+    EXPECT_FALSE(inv.settleLast(add, CheckpointPolicy::MUST_SAVE)) << "settled an op that is not the last kept";
+    EXPECT_TRUE(inv.settleLast(mm, CheckpointPolicy::PREFER_RECOMPUTE));  // occurrence 0: released again
+    EXPECT_EQ(inv.storedEntries(), 0u);
+    callCountedMm(a, a);
+    EXPECT_TRUE(inv.settleLast(mm, CheckpointPolicy::MUST_SAVE));  // occurrence 1: kept
+    EXPECT_FALSE(inv.settleLast(mm, CheckpointPolicy::MUST_RECOMPUTE)) << "settled twice";
+    callCountedMm(a, a);  // occurrence 2: never answered, recomputed
+  }
+  EXPECT_EQ(inv.stats().saved, 1);
+  EXPECT_EQ(inv.storedEntries(), 1u);
+  EXPECT_EQ(inv.storedBytes(), 4 * 4 * 4);
+  {
+    RegionGuard region(inv, Phase::kRecompute);
+    for (bool runs : {true, false, true}) {
+      EXPECT_EQ(inv.runsInRecompute(mm), runs);
+      callCountedMm(a, a);
+    }
+  }
+  EXPECT_EQ(counted_mm_calls, 3 + 2);
+  EXPECT_EQ(inv.stats().served, 1);
+  EXPECT_EQ(inv.stats().recomputed, 2);
+}
+
 TEST_F(ReplayTest, MissingEntryNamesOpOccurrenceAndInvocation) {
   Invocation inv(saveListPolicy({"hpac_test::counted_mm"}));
   const at::Tensor a = at::randn({3, 3});

@@ -224,10 +224,13 @@ def test_save_on_cpu_around_a_region_trains_exactly(path, policy):
 
 # --- router drift ----------------------------------------------------------------------------------------------
 
-def _backward_drifting(out, block):
+def _backward_drifting(out, block, topk_runs=True):
+    """Backward under DriftingRouter. topk_runs: whether the recompute runs topk's kernel (then the router drifts);
+    a served topk never reaches an outer dispatch mode (Note [Outer dispatch modes see what ran], _policy_fn.py),
+    as no kernel of it runs to drift."""
     with DriftingRouter(topk_shapes(lambda: block(_inputs()))) as drift:
         out.square().sum().backward()
-    assert drift.moved > 0
+    assert (drift.moved > 0) == topk_runs
     return drift
 
 
@@ -250,7 +253,7 @@ def test_router_drift_with_routing_save_trains_exactly(policy):
     x = _inputs()
     invocations = []
     out = _context_fn(_policy(policy), invocations, routing="save")(block, x)
-    _backward_drifting(out, block)
+    _backward_drifting(out, block, topk_runs=False)
     assert_same([x.grad] + [p.grad for p in block.parameters()], [x0.grad] + [p.grad for p in off.parameters()],
                 atol=0.0)
     assert invocations[0].stats()["routing_checked"] == 0

@@ -521,3 +521,32 @@ def test_decisions_replayed_in_cpp_not_asked_again():
         out.sum().backward()
         assert asked["n"] - before == forward_asks
         assert_same([x.grad, w.grad], ref_grads)
+
+
+HAS_RESPECT = IMPLS and "respect_saved_tensors_hooks" in __import__("inspect").signature(checkpoint).parameters
+
+
+@pytest.mark.skipif(not HAS_RESPECT, reason="checkpoint(respect_saved_tensors_hooks=) arrived in torch 2.14 (this is "
+                    f"{torch.__version__})")
+@pytest.mark.parametrize("respect", [True, False])
+def test_respect_saved_tensors_hooks_means_what_it_means_for_torch(respect):
+    """torch >= 2.14: checkpoint(..., respect_saved_tensors_hooks=True) routes what SAC keeps through the user's
+    saved_tensors_hooks, False bypasses them. hpac's kept tensors follow the same argument (Note [torch's
+    respect_saved_tensors_hooks], _regions.py): the hooks see as many tensors under both, gradients exact."""
+    packed = {}
+    for impl in ("torch", "hpac"):
+        count = [0]
+
+        def pack(t):
+            count[0] += 1
+            return t
+
+        x, w = inputs()
+        ref_out, ref_grads = grads(chain, x, w)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = checkpoint(chain, x, w, use_reentrant=False, respect_saved_tensors_hooks=respect,
+                             context_fn=functools.partial(IMPLS[impl], [aten.mm.default]))
+        out.sum().backward()
+        assert_same([x.grad, w.grad], ref_grads)
+        packed[impl] = count[0]
+    assert packed["hpac"] == packed["torch"]

@@ -31,9 +31,12 @@ import torch
 import torch.utils.checkpoint
 import torch.utils._python_dispatch
 
+from ._loader import _major_minor
+
 _python_dispatch = getattr(torch.utils, "_python_dispatch", None)
 _TorchDispatchMode = getattr(_python_dispatch, "TorchDispatchMode", object)
-_HAVE_MODES = hasattr(torch._C, "_len_torch_dispatch_stack")  # torch >= 2.0
+# Python dispatch modes as torch's own SAC uses them (torch 1.13 has modes of an earlier design): torch >= 2.1.
+_HAVE_MODES = hasattr(torch._C, "_len_torch_dispatch_stack") and _major_minor(torch.__version__) >= (2, 1)
 TorchCheckpointPolicy = getattr(torch.utils.checkpoint, "CheckpointPolicy", None)  # torch >= 2.4
 
 
@@ -97,15 +100,20 @@ def _library() -> _Library:
     return _Library()
 
 
+# hpac's number (policy/checkpoint_policy.h's order) of each CheckpointPolicy it takes: one dict lookup per op.
+_CODES = {getattr(TorchCheckpointPolicy, n): i for i, n in enumerate(_ANSWER_NAMES)} if TorchCheckpointPolicy else {}
+
+
 def answer_code(answer, func, occurrence: int, invocation: int) -> int:
     """hpac's CheckpointPolicy number for what a policy function returned; a bool means MUST_SAVE / PREFER_RECOMPUTE,
     as torch's _policy_from_bool. Anything else is refused naming the op and occurrence (CPU offload included:
     eager hpac neither offloads nor silently recomputes what was asked to be offloaded)."""
-    if isinstance(answer, bool):
+    if answer is True or answer is False:
         return 0 if answer else 3
+    code = _CODES.get(answer) if isinstance(answer, TorchCheckpointPolicy or ()) else None
+    if code is not None:
+        return code
     name = getattr(answer, "name", None)
-    if TorchCheckpointPolicy is not None and isinstance(answer, TorchCheckpointPolicy) and name in _ANSWER_NAMES:
-        return _ANSWER_NAMES.index(name)
     where = f"{func} (occurrence {occurrence} of this op in invocation {invocation})"
     if name in ("MUST_CPU_OFFLOAD", "PREFER_CPU_OFFLOAD"):
         raise RuntimeError(f"hpac: policy_fn answered CheckpointPolicy.{name} for {where}; hpac does not offload to "
@@ -127,7 +135,7 @@ class _PolicyFnMode(_TorchDispatchMode):
     def __init__(self, policy_fn: Callable, invocation):
         super().__init__()
         self._policy_fn = policy_fn
-        self._invocation = invocation
+        self._invocation_id = invocation.id  # read once: a custom-class call costs microseconds
         self._address = invocation._handle.address()
         self._lib = _library()
         self._ignored = _ignored_by_torch()
@@ -148,10 +156,10 @@ class _PolicyFnMode(_TorchDispatchMode):
                                      *args, **kwargs)
         except Exception as e:
             raise RuntimeError(f"hpac: policy_fn raised {type(e).__name__} for {func} (occurrence {occurrence} "
-                               f"of this op in invocation {self._invocation.id}): {e}") from e
+                               f"of this op in invocation {self._invocation_id}): {e}") from e
         finally:
             self._lib.exclude_key(excluded)
-        code = answer_code(answer, func, occurrence, self._invocation.id)
+        code = answer_code(answer, func, occurrence, self._invocation_id)
         op = self._lib.operator(func)
         if op is not None and self._lib.settle(self._address, op, code) < 0:
             raise RuntimeError(self._lib.last_error().decode())
@@ -184,7 +192,7 @@ def outer_modes_active() -> bool:
 
 def require_modes(what: str) -> None:
     if not _HAVE_MODES:
-        raise RuntimeError(f"hpac: {what} needs torch >= 2.0 (Python dispatch modes); this torch is "
+        raise RuntimeError(f"hpac: {what} needs torch >= 2.1 (Python dispatch modes); this torch is "
                            f"{torch.__version__}. Use a kind name or a save list of op names")
 
 

@@ -2,11 +2,13 @@
 torch.utils.checkpoint. Under torch.compile the contexts are PyTorch's selective checkpoint modes driven by the same
 C++ policy (_compile.py)."""
 import functools
+import inspect
 import itertools
 import weakref
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
+import torch.utils.checkpoint
 
 from . import _compile, _policy_fn
 from ._budget import Budget
@@ -57,6 +59,9 @@ class _Region:
 
     def __enter__(self) -> "Invocation":
         handle = self._invocation._handle
+        torch_says = getattr(self, "respect_saved_tensors_hooks", None)  # Note [torch's respect_saved_tensors_hooks]
+        if torch_says is not None:
+            handle.respect_saved_tensors_hooks(bool(torch_says))
         # A policy function decides the forward's ops (Note [Decided after the op]); outer dispatch modes around a
         # recompute see only the ops that run (Note [Outer dispatch modes see what ran]), both in _policy_fn.py.
         if self._phase == "forward" and self._invocation._policy_fn is not None:
@@ -108,6 +113,22 @@ class _Region:
 
 
 _TOP_HOOKS = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)  # torch >= 2.0
+
+# Note [torch's respect_saved_tensors_hooks]
+# torch >= 2.14's checkpoint(..., respect_saved_tensors_hooks=True|False) tells its SAC whether what SAC keeps goes
+# through the user's saved_tensors_hooks (save_on_cpu): it sets the attribute on the forward context when that context
+# is a _CachingTorchDispatchMode, before entering it. hpac's forward region is one such instance by type (it is never
+# pushed as a dispatch mode: its __enter__ is _Region's), so it receives torch's argument and hands it to C++
+# (Invocation::respectSavedTensorsHooks); None, torch's default, leaves hpac's own respect_saved_tensors_hooks (True
+# unless set otherwise: hpac routes what it keeps through the hooks).
+_TORCH_CACHING_MODE = getattr(torch.utils.checkpoint, "_CachingTorchDispatchMode", None)
+if _TORCH_CACHING_MODE is not None and "respect_saved_tensors_hooks" in inspect.signature(
+        torch.utils.checkpoint.checkpoint).parameters:
+
+    class _ForwardRegion(_Region, _TORCH_CACHING_MODE):
+        __init__ = _Region.__init__
+else:
+    _ForwardRegion = _Region
 
 
 def _plain_tensors(tensor) -> List[torch.Tensor]:
@@ -195,7 +216,7 @@ class Invocation:
 
     def region(self, phase: str) -> _Region:
         """Every aten op run inside goes through hpac (phase: 'forward' or 'recompute')."""
-        return _Region(self, phase)
+        return (_ForwardRegion if phase == "forward" else _Region)(self, phase)
 
 
 # Note [context_fn under torch.compile]
