@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job: set up, build, and run hpac-train --compare on the demo config:
-# the tiny Qwen3-MoE trained with AdamW under off, full and selective from the
+# the tiny Qwen3-MoE trained with AdamW under off, full, selective and budget from the
 # same seed, interleaved step by step, then the comparison table (peak memory,
-# saving, step time, slowdown, max |dloss| and |dgrad| against off, recompute
+# change against off, step time and its change, max |dloss| and |dgrad| against off, recompute
 # evidence). Extra arguments go to hpac-train (see hpac-train --help); the core
 # evidence table of the checkpoint itself is build/tools/demo/hpac-demo.
 # Then the same YAML on the real Hugging Face Qwen3MoeForCausalLM (python -m

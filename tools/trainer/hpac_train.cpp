@@ -309,7 +309,8 @@ std::optional<int> reportRankCompare(const CompareResult& result, const Parallel
 // or 1.
 int reportParity(const CompareResult& result, const TrainConfig& config, bool parallel) {
   std::cout << "peak_mem: peak tensor bytes above the step's start during forward+backward (max over steps); "
-               "step_time: median of forward+backward+AdamW, modes interleaved step by step\n";
+               "step_time: median of forward+backward+AdamW, modes interleaved step by step; peak_vs_off, "
+               "time_vs_off: change against off (negative: less)\n";
   double worst_loss = 0, worst_grad = 0;
   for (const CompareRow& row : result.rows) {
     if (row.mode == hpac::CheckpointMode::kOff && !parallel) continue;

@@ -1,5 +1,6 @@
 #include "tools/trainer/trainer.h"
 
+#include "policy/budget_policy.h"
 #include "replay/tracking_allocator.h"
 #include "tools/evidence/compare.h"
 #include "tools/trainer/qwen3_moe.h"
@@ -333,10 +334,40 @@ void compareStep(const Comparison& c, int64_t s, std::ostream& out, CompareResul
   }
 }
 
+// What the budget layers' plans keep, summed over the layers (the table's footer; Python's hpac.hf_compare writes
+// the same sentence from hpac.Budget.status()).
+std::string budgetNote(const Trainer& trainer, const TrainConfig& config) {
+  int64_t kept = 0, off = 0, saved = 0, skipped = 0, ops = 0, layers = 0;
+  double saved_micros = 0, total_micros = 0;
+  for (const PreparedLayer& layer : trainer.preparation().layers) {
+    if (layer.setting.budget == nullptr) continue;
+    const BudgetRegion::Status status = layer.setting.budget->status();
+    if (status.stage != BudgetRegion::Stage::kPlanned) continue;
+    const BudgetPlan& plan = status.plan;
+    ++layers;
+    kept += plan.kept_bytes;
+    off += std::max<int64_t>(plan.off_bytes, 0);
+    saved += std::count(plan.save.begin(), plan.save.end(), true);
+    skipped += std::count(plan.skip.begin(), plan.skip.end(), true);
+    ops += static_cast<int64_t>(plan.save.size());
+    saved_micros += plan.saved_micros + plan.skipped_micros;
+    total_micros += plan.total_micros;
+  }
+  if (layers == 0) return "budget: no layer planned (every step profiled or fell back)";
+  return absl::StrFormat("budget (memory_budget %s per layer): %d layer plans keep %.2f MiB of the %.2f MiB off keeps "
+                         "(%.0f%%); %d of %d ops saved, %d skipped; %.0f%% of the recompute's profiled kernel time "
+                         "avoided",
+                         config.activation_checkpoint.memory_budget->text, layers, mib(kept), mib(off),
+                         off > 0 ? 100.0 * kept / off : 0.0, saved, ops, skipped,
+                         total_micros > 0 ? 100.0 * saved_micros / total_micros : 0.0);
+}
+
 // Each row's peak (max over steps) and median step time; in a parallel run, a
 // failure for full or selective not below off's peak.
 void summariseRows(const Comparison& c, CompareResult& result) {
-  for (CompareRow& row : result.rows) {
+  for (size_t m = 0; m < result.rows.size(); ++m) {
+    CompareRow& row = result.rows[m];
+    if (row.mode == CheckpointMode::kBudget) row.note = budgetNote(*c.trainers[m], c.config);
     std::vector<double> seconds;
     row.peak_bytes = row.steps.front().peak_bytes;
     for (const StepResult& r : row.steps) {
@@ -375,21 +406,32 @@ absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelR
   return result;
 }
 
+// Note [One table for the main job]
+// hpac-train --compare and python -m hpac.hf_demo print the same table (hpac.hf_compare.format_table is its Python
+// twin): the same columns; peak_vs_off and time_vs_off as signed changes against off (-67.8% is less memory than
+// off, +34.3% more time); step_time the median over steps (the mean of the middle two for an even count); the same
+// route words; then one footer line per budget row saying what its plans keep.
 std::string formatCompareTable(const CompareResult& result) {
   const CompareRow& off = result.rows.front();
-  std::string t = absl::StrFormat("%-10s %11s %8s %11s %9s %12s %12s  %-34s %8s %13s %10s\n", "mode", "peak_mem",
-                                  "saving", "step_time", "slowdown", "max|dloss|", "max|dgrad|", "route",
-                                  "wrapped", "recomputed/st", "served/st");
+  std::string t = absl::StrFormat("%-10s %11s %11s %11s %11s %10s %10s  %-34s %7s %15s %11s\n", "mode", "peak_mem",
+                                  "peak_vs_off", "step_time", "time_vs_off", "max|dloss|", "max|dgrad|", "route",
+                                  "wrapped", "recomputed/step", "served/step");
   for (const CompareRow& row : result.rows) {
     const StepResult& last = row.steps.back();
-    const double saving = off.peak_bytes > 0 ? 100.0 * (1.0 - static_cast<double>(row.peak_bytes) / off.peak_bytes) : 0;
-    const double slowdown = off.median_seconds > 0 ? 100.0 * (row.median_seconds / off.median_seconds - 1.0) : 0;
-    const std::string peak = row.peak_bytes < 0 ? "n/a" : absl::StrFormat("%7.3f MiB", mib(row.peak_bytes));
-    absl::StrAppendFormat(&t, "%-10s %11s %7.1f%% %8.1f ms %+8.1f%% %12.3g %12.3g  %-34s %8s %13d %10d\n",
-                          toString(row.mode), peak, off.peak_bytes < 0 ? 0.0 : saving, row.median_seconds * 1e3, slowdown,
+    const bool is_off = &row == &off;
+    const std::string peak = row.peak_bytes < 0 ? "n/a" : absl::StrFormat("%.2f MiB", mib(row.peak_bytes));
+    const std::string peak_change = is_off || off.peak_bytes <= 0 || row.peak_bytes < 0
+        ? "-" : absl::StrFormat("%+.1f%%", 100.0 * (static_cast<double>(row.peak_bytes) / off.peak_bytes - 1.0));
+    const std::string time_change = is_off || off.median_seconds <= 0
+        ? "-" : absl::StrFormat("%+.1f%%", 100.0 * (row.median_seconds / off.median_seconds - 1.0));
+    absl::StrAppendFormat(&t, "%-10s %11s %11s %8.1f ms %11s %10.3g %10.3g  %-34s %7s %15d %11d\n",
+                          toString(row.mode), peak, peak_change, row.median_seconds * 1e3, time_change,
                           row.max_loss_diff, row.max_grad_diff, row.route,
                           absl::StrCat(row.layers_wrapped, "L+", row.submodules_wrapped, "S"),
                           last.stats.totals.recomputed, last.stats.totals.served);
+  }
+  for (const CompareRow& row : result.rows) {
+    if (!row.note.empty()) absl::StrAppend(&t, row.note, "\n");
   }
   return t;
 }

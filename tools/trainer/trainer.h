@@ -100,7 +100,8 @@ struct CompareRow {
   double max_grad_diff = 0;     // vs off, over steps (input and parameter gradients)
   std::string worst_grad_at;    // where max_grad_diff was seen (this rank's): step, tensor, index, values
   int64_t layers_wrapped = 0, submodules_wrapped = 0;
-  std::string route;            // "-", "selective (whole layers)", "full: native", ...
+  std::string route;            // "-", "selective: whole layers", "full: native", ...
+  std::string note;             // budget: what its plans keep (the table's footer); "" otherwise
 };
 
 struct CompareResult {

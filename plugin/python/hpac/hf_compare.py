@@ -6,6 +6,7 @@ bench/hf_qwen3_30b_layer.py).
     print(format_table(cmp))
 """
 import copy
+import statistics
 import time
 
 import torch
@@ -67,7 +68,7 @@ class ModeRun:
 
     @property
     def wrapped(self):
-        return f"{self.prep.layers_wrapped}L+{self.prep.submodules_wrapped}S" if self.prep.touched else "-"
+        return f"{self.prep.layers_wrapped}L+{self.prep.submodules_wrapped}S"
 
 
 def _step(run, input_ids, tracked):
@@ -141,38 +142,80 @@ def train_compare(build, config, make_batch, steps, modes=MODES, lr=1e-3, track_
     return runs
 
 
-def _median(values):
-    s = sorted(values)
-    return s[len(s) // 2]
+def route_words(prep, mode):
+    """The route as hpac-train's table words it (tools/trainer/trainer.cpp, routeOf): '-', 'full: native',
+    'selective: whole layers', 'budget->submodules (KV sharing)', ..."""
+    if not prep.touched:
+        return "-"
+    name = mode.partition(":")[0]
+    if name in ("selective", "budget"):
+        return f"{name}->submodules (KV sharing)" if prep.kv_sharing else f"{name}: whole layers"
+    return f"full: {prep.full_route}" if prep.full_route else "-"
 
 
-def summary(runs):
-    """One row per mode: the seed-style table's columns."""
+def budget_note(run, memory_budget_text):
+    """What a budget run's layer plans keep, summed over its layers: the sentence hpac-train's table ends with
+    (tools/trainer/trainer.cpp, budgetNote), from each layer's hpac.Budget.status()."""
+    kept = off = saved = skipped = ops = layers = 0
+    saved_us = total_us = 0.0
+    for layer in run.prep.layers:
+        if layer.budget is None:
+            continue
+        st = layer.budget.status()
+        if st.get("stage") != "planned":
+            continue
+        layers += 1
+        kept += st["kept_bytes"]
+        off += max(st["off_bytes"], 0)
+        saved += st["saved_ops"]
+        skipped += st["skipped_ops"]
+        ops += st["planned_ops"]
+        saved_us += st["saved_micros"] + st["skipped_micros"]
+        total_us += st["total_micros"]
+    if not layers:
+        return "budget: no layer planned (every step profiled or fell back)"
+    return (f"budget (memory_budget {memory_budget_text} per layer): {layers} layer plans keep {kept / 2**20:.2f} MiB "
+            f"of the {off / 2**20:.2f} MiB off keeps ({100 * kept / off if off else 0:.0f}%); {saved} of {ops} ops "
+            f"saved, {skipped} skipped; {100 * saved_us / total_us if total_us else 0:.0f}% of the recompute's "
+            "profiled kernel time avoided")
+
+
+def summary(runs, memory_budget_text=None):
+    """One row per mode: the columns of the main job's table (Note [One table for the main job],
+    tools/trainer/trainer.cpp): peak_vs_off and time_vs_off are signed changes against off (negative: less);
+    step_time_s is the median over steps. A budget row's `note` says what its plans keep."""
     off = runs.get("off")
     rows = []
     for mode, run in runs.items():
         peak = max(run.peaks) if run.peaks and run.peaks[0] is not None else None
-        t = _median(run.times)
+        t = statistics.median(run.times)
         last = run.layer_stats[-1] if run.layer_stats else []
+        off_peak = max(off.peaks) if off is not None and off.peaks and off.peaks[0] is not None else None
         rows.append({
             "mode": mode, "peak_bytes": peak, "kept_after_forward_bytes": run.kept[-1],
-            "saving": (1 - peak / max(off.peaks)) if off is not None and peak is not None else None,
-            "step_time_s": t, "slowdown": (t / _median(off.times) - 1) if off is not None else None,
-            "max_dloss": run.max_dloss, "max_dgrad": run.max_dgrad, "route": run.prep.route, "wrapped": run.wrapped,
+            "peak_vs_off": (peak / off_peak - 1) if off_peak and peak is not None else None,
+            "step_time_s": t, "time_vs_off": (t / statistics.median(off.times) - 1) if off is not None else None,
+            "max_dloss": run.max_dloss, "max_dgrad": run.max_dgrad, "route": route_words(run.prep, mode),
+            "wrapped": run.wrapped,
             "recomputed": sum(s.get("recomputed", 0) for s in last), "served": sum(s.get("served", 0) for s in last),
+            "note": budget_note(run, memory_budget_text or mode.partition(":")[2] or "?")
+            if mode.startswith("budget") else "",
         })
     return rows
 
 
 def format_table(rows):
-    head = (f"{'mode':<10} {'peak_mem':>10} {'saving':>7} {'step_time':>10} {'slowdown':>8} {'max|dloss|':>10} "
-            f"{'max|dgrad|':>10} {'route':<10} {'wrapped':>7} {'recomputed':>10} {'served':>6}")
-    lines = [head]
+    """The main job's table, as hpac-train prints it (Note [One table for the main job], tools/trainer/trainer.cpp)."""
+    lines = [f"{'mode':<10} {'peak_mem':>11} {'peak_vs_off':>11} {'step_time':>11} {'time_vs_off':>11} "
+             f"{'max|dloss|':>10} {'max|dgrad|':>10}  {'route':<34} {'wrapped':>7} {'recomputed/step':>15} "
+             f"{'served/step':>11}"]
     for r in rows:
-        peak = f"{r['peak_bytes'] / 2**20:.1f}MiB" if r["peak_bytes"] is not None else "n/a"
-        saving = f"{-100 * r['saving']:+.0f}%" if r["saving"] is not None and r["mode"] != "off" else "-"
-        slow = f"{100 * r['slowdown']:+.0f}%" if r["slowdown"] is not None and r["mode"] != "off" else "-"
-        lines.append(f"{r['mode']:<10} {peak:>10} {saving:>7} {1000 * r['step_time_s']:>8.1f}ms {slow:>8} "
-                     f"{r['max_dloss']:>10.3g} {r['max_dgrad']:>10.3g} {r['route']:<10} {r['wrapped']:>7} "
-                     f"{r['recomputed']:>10} {r['served']:>6}")
+        is_off = r["mode"] == "off"
+        peak = f"{r['peak_bytes'] / 2**20:.2f} MiB" if r["peak_bytes"] is not None else "n/a"
+        peak_change = "-" if is_off or r["peak_vs_off"] is None else f"{100 * r['peak_vs_off']:+.1f}%"
+        time_change = "-" if is_off or r["time_vs_off"] is None else f"{100 * r['time_vs_off']:+.1f}%"
+        lines.append(f"{r['mode']:<10} {peak:>11} {peak_change:>11} {1000 * r['step_time_s']:>8.1f} ms "
+                     f"{time_change:>11} {r['max_dloss']:>10.3g} {r['max_dgrad']:>10.3g}  {r['route']:<34} "
+                     f"{r['wrapped']:>7} {r['recomputed']:>15} {r['served']:>11}")
+    lines += [r["note"] for r in rows if r.get("note")]
     return "\n".join(lines)

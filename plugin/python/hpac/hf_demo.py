@@ -1,10 +1,12 @@
 """The main job on the real transformers Qwen3MoeForCausalLM: the hpac-train YAML's model section builds the Hugging
 Face model (random weights from the seed; nothing downloaded), hpac.hf.prepare applies the YAML's rules, and the
-model is trained with AdamW under off, full and selective, interleaved step by step, then the comparison table.
+model is trained with AdamW under off, full, selective and (when the YAML has activation_checkpoint.memory_budget)
+budget, interleaved step by step, then the comparison table: the same table hpac-train --compare prints (Note [One
+table for the main job], tools/trainer/trainer.cpp).
 
     python -m hpac.hf_demo --config examples/training_demo/train.yaml [--steps N] [--json out.json]
 
-Exit status 1 when full or selective differs from off in any loss or gradient: bit for bit eagerly; with
+Exit status 1 when a mode differs from off in any loss or gradient: bit for bit eagerly; with
 train.compile: true (each layer compiled after wrapping, against compiled off) within --compile-tolerance, since the
 compiler fuses the recomputing graphs differently.
 """
@@ -60,11 +62,14 @@ def main(argv=None):
           f"{spec['num_experts_per_tok']}, seq {train['seq_len']} x batch {train['micro_batch']}, {steps} AdamW "
           f"steps; torch {torch.__version__}, {torch.get_num_threads()} threads, GLIBC_TUNABLES="
           f"{os.environ.get('GLIBC_TUNABLES', '(unset)')}", flush=True)
+    memory_budget = config["activation_checkpoint"].get("memory_budget")
+    modes = hc.MODES + (("budget",) if memory_budget else ())
     runs = hc.train_compare(
         build, config,
         lambda step: hc.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step),
-        steps=steps, lr=train["lr"], progress=progress, log=hf.log_to_stderr, compile_backend=args.compile_backend)
-    rows = hc.summary(runs)
+        steps=steps, modes=modes, lr=train["lr"], progress=progress, log=hf.log_to_stderr,
+        compile_backend=args.compile_backend)
+    rows = hc.summary(runs, memory_budget["text"] if memory_budget else None)
     print(hc.format_table(rows))
     if args.json:
         with open(args.json, "w") as f:
@@ -77,7 +82,8 @@ def main(argv=None):
         return 1
     how = (f"within {tolerance:g} of compiled off ({args.compile_backend}, each layer compiled)" if train["compile"]
            else "equal off bit for bit")
-    print(f"OK: full and selective {how} over {steps} steps (loss and every gradient); hpac {hpac.version()}")
+    print(f"OK: {', '.join(m for m in modes if m != 'off')} {how} over {steps} steps (loss and every gradient); "
+          f"hpac {hpac.version()}")
     return 0
 
 

@@ -64,3 +64,45 @@ def test_same_yaml_same_route_and_wrap_counts(name, tmp_path):
     py = (prep.full_route, prep.layers_wrapped, prep.submodules_wrapped)
     assert _cpp(str(path)) == py, f"{name}: C++ (route, layers, submodules) differs from Python {py}"
     assert prep.layers_wrapped + prep.submodules_wrapped > 0
+
+
+def test_one_table_for_the_main_job(tmp_path):
+    """hpac-train --compare and hpac.hf_compare print one table (Note [One table for the main job],
+    tools/trainer/trainer.cpp): the same header, the same route and wrap words per mode, the same sign convention
+    (every checkpointed mode's peak_vs_off negative here), and a budget footer saying what the plans keep."""
+    import hpac.hf_compare as hc
+
+    path = tmp_path / "main_job.yaml"
+    path.write_text("model: {preset: qwen3_moe_tiny, num_layers: 2}\ntrain: {seq_len: 32, micro_batch: 2, steps: 2}\n"
+                    "activation_checkpoint: {mode: budget, memory_budget: 0.5}\n")
+    out = subprocess.run([_hpac_train(), "--config", str(path), "--compare"], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    config = hf.load_config(path)
+    spec, train = config["model"], config["train"]
+    runs = hc.train_compare(
+        lambda: models.qwen3_moe(spec), config,
+        lambda step: hc.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step),
+        steps=train["steps"], modes=hc.MODES + ("budget",), lr=train["lr"], log=None)
+    py = hc.format_table(hc.summary(runs, config["activation_checkpoint"]["memory_budget"]["text"])).splitlines()
+
+    def table(lines):
+        start = next(i for i, line in enumerate(lines) if line.startswith("mode "))
+        rows = [line.split() for line in lines[start + 1:start + 5]]
+        footer = [line for line in lines[start + 5:] if line.startswith("budget (")]
+        return lines[start], rows, footer
+
+    cpp_head, cpp_rows, cpp_footer = table(out.stdout.splitlines())
+    py_head, py_rows, py_footer = table(py)
+    assert cpp_head == py_head
+    for c, p in zip(cpp_rows, py_rows):
+        assert c[0] == p[0]  # mode
+        words = lambda row: row[row.index("ms") + 4:-2]  # route and wrapped, after time_vs_off and the diffs
+        assert words(c) == words(p), (c, p)
+        if c[0] != "off":
+            assert c[3].startswith("-") and p[3].startswith("-"), (c, p)  # less memory than off: negative
+    assert len(cpp_footer) == len(py_footer) == 1
+    for footer in (cpp_footer[0], py_footer[0]):
+        assert re.match(r"budget \(memory_budget 0\.5 per layer\): 2 layer plans keep [\d.]+ MiB of the [\d.]+ MiB "
+                        r"off keeps \(\d+%\); \d+ of \d+ ops saved, \d+ skipped; \d+% of the recompute's profiled "
+                        r"kernel time avoided$", footer), footer
