@@ -45,7 +45,9 @@ TEST(TrainerConfig, ExampleFileParses) {
   auto c = loadConfig(sourcePath("examples/training_demo/train.yaml"));
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->model.preset, "qwen3_moe_tiny");
-  EXPECT_EQ(c->activation_checkpoint.mode, CheckpointMode::kSelective);
+  EXPECT_EQ(c->activation_checkpoint.mode, CheckpointMode::kBudget);
+  ASSERT_TRUE(c->activation_checkpoint.memory_budget.has_value());
+  EXPECT_EQ(c->activation_checkpoint.memory_budget->text, "0.5");
 }
 
 TEST(TrainerConfig, MissingFileIsNamed) {
