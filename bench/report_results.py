@@ -576,6 +576,85 @@ def compile_compare(r):
     return out
 
 
+def target_shapes_table(d):
+    """The seed's table at the target's shapes (bench/target_shapes.py): one table per layer count, then the 48-layer
+    peak derived per mode beside the seed's numbers, and what differs. `d` is the benchmark's JSON."""
+    gib = 2 ** 30
+    m = d["model"]
+    where = (f"{d['device_name']}" if d["device"] != "cpu" else f"CPU ({d['device_name']}, {d['threads']} threads)")
+    out = [f"transformers {d['transformers']} Qwen3MoeForCausalLM at Qwen3-30B-A3B's layer shapes (hidden "
+           f"{m['hidden_size']}, {m['num_attention_heads']} / {m['num_key_value_heads']} heads of {m['head_dim']}, "
+           f"top-{m['num_experts_per_tok']} of width {m['moe_intermediate_size']}) with {d['experts']} experts per "
+           f"layer (the real model: 128) and vocabulary {d['vocab']} (the real: 151936); seq {d['seq']} x batch "
+           f"{d['batch']}, {d['dtype']}, {d['optimizer']}; torch {d['torch']} on {where}, GLIBC_TUNABLES="
+           f"{d['glibc_tunables'] or '(unset)'}, 1-minute load average {d['load_average_at_start']:.1f} at the start, "
+           f"{d['load_average_at_end']:.1f} at the end, {d['wall_s'] / 60:.0f} min in all. One interleaved run per "
+           f"layer count: a warm-up round, then {d['steps']} rounds of every mode, the order rotated per round; step "
+           "= forward + backward + AdamW; peak = the most bytes allocated during the step (weights, AdamW state, "
+           "gradients, activations), above start = the same less the bytes held at the step's start; kept = what "
+           "the forward left for backward; time vs off = the median of per-round ratios."]
+    for run in d["runs"]:
+        rows = run["rows"]
+        off = rows["off"]
+        out += ["", f"**{run['layers']} layer(s)** ({run['parameters'] / 1e6:.0f}M parameters)", "",
+                "| mode | peak | vs off | peak above start | vs off | kept after forward | vs off | step time "
+                "(median; min–max) | vs off (paired) |", "|---|---|---|---|---|---|---|---|---|"]
+        for mode, x in rows.items():
+            out.append(f"| {mode} | {x['peak_bytes'] / gib:.2f} GiB | {x['peak_bytes'] / off['peak_bytes']:.2f}x | "
+                       f"{x['peak_above_start_bytes'] / gib:.2f} GiB | "
+                       f"{x['peak_above_start_bytes'] / off['peak_above_start_bytes']:.2f}x | "
+                       f"{x['kept_bytes'] / 2**20:.0f} MiB | {x['kept_bytes'] / off['kept_bytes']:.2f}x | "
+                       f"{x['s_median']:.2f} s; {min(x['s_all']):.2f}–{max(x['s_all']):.2f} | "
+                       f"{x['time_vs_off_paired']:.2f}x |")
+    der, n = d["derived"], d["target_layers"]
+    counts = ", ".join(str(r["layers"]) for r in d["runs"])
+    out += ["", f"**{n} layers, derived** from the {counts}-layer runs: peak(L) = a + b·L per mode (least squares); "
+            "b = at rest (weights + AdamW state per layer, the slope of the step's starting bytes) + at the peak "
+            "(the slope of the peak above the start: activations and gradients); the check leaves the largest "
+            "layer count out, fits the others and predicts it. The seed's column: the reference design's "
+            f"Qwen3-30B-A3B at seq 1024, {n} layers, bf16 on accelerators with a parallel layout.", "",
+            "| mode | a | b per layer (at rest + at the peak) | kept per layer | derived peak | vs off | derived step "
+            "time | vs off | check: predicted / measured | error | the seed's peak / step | vs off |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    doff = der["off"]
+    for mode, e in der.items():
+        loo = e.get("loo")
+        check = (f"{loo['predicted_bytes'] / gib:.2f} / {loo['measured_bytes'] / gib:.2f} GiB ({loo['layers']} "
+                 f"layers) | {100 * loo['error_rel']:+.1f} %") if loo else "- | -"
+        seed = d["seed"].get(mode)
+        seed_col = (f"{seed['peak_gb']:.2f} G / {seed['step_s']:.2f} s | {seed['peak_gb'] / d['seed']['off']['peak_gb']:.2f}x"
+                    if seed else "- | -")
+        out.append(f"| {mode} | {e['a_bytes'] / gib:.2f} GiB | {e['b_bytes_per_layer'] / gib:.3f} GiB "
+                   f"({e['b_at_rest_bytes_per_layer'] / gib:.3f} + {e['b_above_start_bytes_per_layer'] / gib:.3f}) | "
+                   f"{e['b_kept_bytes_per_layer'] / 2**20:.0f} MiB | {e['peak_bytes_derived'] / gib:.1f} GiB | "
+                   f"{e['peak_bytes_derived'] / doff['peak_bytes_derived']:.2f}x | {e['s_derived']:.0f} s | "
+                   f"{e['s_derived'] / doff['s_derived']:.2f}x | {check} | {seed_col} |")
+    errs = [abs(e["loo"]["error_rel"]) for e in der.values() if "loo" in e]
+    rest = der["off"]["b_at_rest_bytes_per_layer"]
+    acts = {mode: e["b_above_start_bytes_per_layer"] for mode, e in der.items()}
+    out += ["", "What differs from the seed's run, and what the derived column means:",
+            f"- **Model**: {d['experts']} experts per layer instead of 128 and vocabulary {d['vocab']} instead of "
+            f"151936. At rest a layer holds {rest / gib:.3f} GiB here (weights and AdamW state, {d['dtype']}); at 128 "
+            "experts it would hold about 16 times the expert share of that. What a layer adds at the peak does not "
+            "depend on the expert count: off "
+            f"{acts['off'] / gib:.3f} GiB, " + ", ".join(f"{mode} {v / gib:.3f} GiB" for mode, v in acts.items()
+                                                         if mode != "off") + " per layer.",
+            f"- **Device and dtype**: {d['dtype']} on {where} against bf16 on accelerators: every byte of activations "
+            "and state here is twice a bf16 byte when float32, and the step time is this machine's, not comparable "
+            "to the seed's seconds (only the ratios to off are).",
+            "- **Parallel layout**: one process holds the whole model; the seed's run split it over accelerators "
+            "(its per-device peak carries a share of the weights and state, so the at-rest term here has no "
+            "counterpart there, while the per-layer activation term does for each device's layers and tokens).",
+            f"- **The fit**: a line per mode; the leave-largest-out check is off by at most {100 * max(errs):.1f} % "
+            "over the modes." if errs else "- **The fit**: fewer than three layer counts, no check."]
+    return out
+
+
+def target_shapes(r):
+    """docs/results.md "The seed's table at the target's shapes" (bench/target_shapes.py)."""
+    return target_shapes_table(load(r, "target_shapes.json"))
+
+
 def explain(r):
     """hpac-explain's report (docs/explain.md): the head of its per-op table in the CLI's layout, one JSON row, the peak
     per mode; all from the JSON the CLI wrote."""
@@ -684,16 +763,46 @@ def frontier_30b(r, name="frontier_30b.json"):
     return out
 
 
+def torch_releases(r):
+    """README "Compatibility": current torch releases from pip, one row each (tools/torch_release_check.sh VERSION)."""
+    d = load(r, "torch_releases.json")
+    out = ["| torch (pip) | build | configure; build (core + Python, jobs) | CTest entries passed | pytest passed / failed "
+           "/ skipped | `pip install --no-build-isolation .`, `python -m hpac`, wheel smoke | run |",
+           "|---|---|---|---|---|---|---|"]
+    for version, e in d["releases"].items():
+        kind = f"CUDA {e['cuda']} wheel, on CPU" if e["cuda_build"] else "CPU wheel"
+        jobs = f"{e['jobs']} jobs" + (", with the trainer" if e["with_trainer"] else "")
+        times = (f"{e['configure_s']} s; {e['build_s']} s ({jobs})" if e["build_s"] is not None
+                 else f"not built ({e['failed_step']})")
+        c, p, w = e["ctest"], e["pytest"], e["pip_install"]
+        ctest = f"{c['passed']} of {c['total']}" if c["total"] else "not run"
+        if c["failed"]:
+            ctest += " (failed: " + ", ".join(f"`{t}`" for t in c["failed"]) + ")"
+        pytest = f"{p['passed']} / {p['failed']} / {p['skipped']}" if p["passed"] is not None else "not run"
+        if w["ok"] is None:
+            pip = "not run"
+        elif not w["ok"]:
+            pip = "failed"
+        else:
+            pip = f"ok ({w['seconds']} s); smoke {'ok' if w['wheel_smoke_ok'] else 'failed'}"
+        run = f"{e['date']}, {e['commit']}" + (" (modified tree)" if e["tree_modified"] else "") + \
+            f", Python {e['python']}, {e['total_s']} s in all"
+        out.append(f"| {e['torch']} | {kind} | {times} | {ctest} | {pytest} | {pip} | {run} |")
+    return out
+
+
 SECTIONS = {
     "overhead": overhead, "step": step, "train_step": train_step, "peer": peer, "sac_peer": sac_peer,
     "sac_peer_reading": sac_peer_reading, "key_ratios": key_ratios, "scale": scale, "distributed": distributed,
     "hf_scale": hf_scale, "dist_torchrun": dist_torchrun, "dist_drift": dist_drift, "budget_frontier": budget_frontier,
     "cost_estimate": cost_estimate, "plan_stability": plan_stability, "plan_oracle": plan_oracle,
     "frontier_30b": frontier_30b,
+    "target_shapes": target_shapes,
     "policy_fn_overhead": policy_fn_overhead, "policy_fn_overhead_reading": policy_fn_overhead_reading,
     "frontier_30b_context_fn": lambda r: frontier_30b(r, "frontier_30b_context_fn.json"),
     "explain": explain,
     "compile_compare": compile_compare,
+    "torch_releases": torch_releases,
 }
 
 REGION = re.compile(r"<!-- BEGIN generated (\S+) -->\n(.*?)<!-- END generated \1 -->\n", re.S)

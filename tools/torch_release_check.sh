@@ -219,7 +219,7 @@ m = re.search(r"(\d+)% tests passed, (\d+) tests? failed out of (\d+)", text)
 print(f"{int(m.group(3)) - int(m.group(2))} {m.group(3)}" if m else "0 0")
 EOF
 )
-ctest_failed=$(sed -n 's/^ *[0-9]* - \(.*\) (\(Failed\|Timeout\|SEGFAULT\|Subprocess aborted\|Child aborted\|Exception\|Not Run\).*/\1/p' \
+ctest_failed=$(sed -n 's/^[[:space:]]*[0-9]* - \(.*\) (\(Failed\|Timeout\|SEGFAULT\|Subprocess aborted\|Child aborted\|Exception\|Not Run\).*/\1/p' \
   "$build/ctest.log" | tr -d ' ' | paste -sd ';' -)
 # The Python tests' counts: the pytest summaries in CTest's full log (every pytest entry, summed).
 read -r pytest_passed pytest_failed pytest_skipped < <(python3 - "$build/Testing/Temporary/LastTest.log" <<'EOF'
