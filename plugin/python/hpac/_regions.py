@@ -66,7 +66,13 @@ class _Region:
         # recompute see only the ops that run (Note [Outer dispatch modes see what ran]), both in _policy_fn.py.
         if self._phase == "forward" and self._invocation._policy_fn is not None:
             self._mode = _policy_fn._PolicyFnMode(self._invocation._policy_fn, self._invocation)
-        elif self._phase == "recompute" and _policy_fn.outer_modes_active():
+        # Note [One mode state in both phases]: a policy function's recompute runs under a mode too. torch's
+        # composite ops decompose by whether a dispatch mode is active (reshape becomes view under one and
+        # _reshape_alias without), so a forward under _PolicyFnMode and a bare recompute met different op sequences
+        # ("aten::_reshape_alias ... is not in storage" on any reshape ahead of a saved op, e.g. every transformers
+        # Qwen3-MoE layer). _ServedOpsMode asks no policy; it costs one Python call per recompute op.
+        elif self._phase == "recompute" and (_policy_fn.outer_modes_active()
+                                             or self._invocation._policy_fn is not None):
             self._mode = _policy_fn._ServedOpsMode(self._invocation)
         handle.enter(self._phase)
         if self._phase == "forward" and handle.watches_saved():
