@@ -127,6 +127,52 @@ constexpr OpEntry kRoutingOps[] = {
     {"aten::unique_dim", kRequired},
 };
 
+// torchtitan 0.3.0's SelectiveAC save set (torchtitan/distributed/activation_checkpoint.py,
+// _get_default_save_ops; `pip download --no-deps torchtitan==0.3.0`), every entry one overload as torchtitan names
+// it:
+// - torch._functorch.partitioners.get_default_op_list().compute_intensive_ops of torch 2.13, each `.default`:
+//   _efficient_attention_forward, _flash_attention_forward, _scaled_dot_product_efficient_attention,
+//   _scaled_dot_product_flash_attention, _scaled_mm, addmm, bmm, convolution, convolution_backward, mm,
+//   upsample_bilinear2d (not _scaled_dot_product_flash_attention_for_cpu: CPU SDPA is recomputed);
+// - its compute_ops: _scaled_dot_product_cudnn_attention, _scaled_dot_product_attention_math,
+//   _scaled_dot_product_fused_attention_overrideable, max, linear, topk, torch_attn::_varlen_attn (where
+//   registered); flex_attention and inductor_compiled_code are higher-order operators, which eager hpac never sees;
+// - its comm_ops: _c10d_functional reduce_scatter_tensor and all_to_all_single, DeepEP / HybridEP dispatch and
+//   combine (where registered).
+// Optional: what torch 1.13 lacks, and what only extensions register.
+constexpr OpEntry kTorchtitanSaveOps[] = {
+    {"_c10d_functional::all_to_all_single.default", kOptional},
+    {"_c10d_functional::reduce_scatter_tensor.default", kOptional},
+    {"aten::_efficient_attention_forward.default", kOptional},
+    {"aten::_flash_attention_forward.default", kOptional},
+    {"aten::_scaled_dot_product_attention_math.default", kOptional},
+    {"aten::_scaled_dot_product_cudnn_attention.default", kOptional},
+    {"aten::_scaled_dot_product_efficient_attention.default", kOptional},
+    {"aten::_scaled_dot_product_flash_attention.default", kOptional},
+    {"aten::_scaled_dot_product_fused_attention_overrideable.default", kOptional},
+    {"aten::_scaled_mm.default", kOptional},
+    {"aten::addmm.default", kRequired},
+    {"aten::bmm.default", kRequired},
+    {"aten::convolution.default", kRequired},
+    {"aten::convolution_backward.default", kRequired},
+    {"aten::linear.default", kRequired},
+    {"aten::max.default", kRequired},
+    {"aten::mm.default", kRequired},
+    {"aten::topk.default", kRequired},
+    {"aten::upsample_bilinear2d.default", kRequired},
+    {"deepep::combine.default", kOptional},
+    {"deepep::dispatch.default", kOptional},
+    {"hybridep::combine.default", kOptional},
+    {"hybridep::dispatch.default", kOptional},
+    {"torch_attn::_varlen_attn.default", kOptional},
+};
+
+// torchtitan's mm_ops: counted for "every second matmul", and matched against the force-recompute shapes.
+constexpr OpEntry kTorchtitanMatmulOps[] = {
+    {"aten::linear.default", kRequired},
+    {"aten::mm.default", kRequired},
+};
+
 // Splits "ns::op[.overload]" into (op, overload, every_overload).
 struct ParsedEntry {
   std::string name;
@@ -190,6 +236,8 @@ c10::ArrayRef<OpEntry> matmulOps() { return kMatmulOps; }
 c10::ArrayRef<OpEntry> saveOps() { return kSaveOps; }
 c10::ArrayRef<OpEntry> unsafeAliasOps() { return kUnsafeAliasOps; }
 c10::ArrayRef<OpEntry> routingOps() { return kRoutingOps; }
+c10::ArrayRef<OpEntry> torchtitanSaveOps() { return kTorchtitanSaveOps; }
+c10::ArrayRef<OpEntry> torchtitanMatmulOps() { return kTorchtitanMatmulOps; }
 
 std::vector<c10::OperatorHandle> resolveEntry(const std::string& entry) {
   const ParsedEntry parsed = parseEntry(entry);

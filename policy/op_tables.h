@@ -43,6 +43,10 @@ c10::ArrayRef<OpEntry> matmulOps();
 c10::ArrayRef<OpEntry> saveOps();
 c10::ArrayRef<OpEntry> unsafeAliasOps();
 c10::ArrayRef<OpEntry> routingOps();
+// torchtitan 0.3.0's SelectiveAC save set and its matmul pair (policy/field_policies.h); not part of
+// ResolvedOpTables: the torchtitan policy resolves them itself.
+c10::ArrayRef<OpEntry> torchtitanSaveOps();
+c10::ArrayRef<OpEntry> torchtitanMatmulOps();
 
 // Identity of an operator inside this process: the address of its registered
 // name, stable for as long as the operator is registered.

@@ -76,9 +76,9 @@ TEST(TrainerConfig, ModeRejectsOtherSpellingsAndTypes) {
 }
 
 TEST(TrainerConfig, UnknownKeysAreRejectedWithPosition) {
-  std::string e = parseError("activation_checkpoint:\n  mode: full\n  policy: aggressive\n");
+  std::string e = parseError("activation_checkpoint:\n  mode: full\n  strategy: aggressive\n");
   EXPECT_NE(e.find("t.yaml:3:3"), std::string::npos) << e;
-  EXPECT_NE(e.find("unknown key 'policy'"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown key 'strategy'"), std::string::npos) << e;
   EXPECT_NE(e.find("allowed keys: mode, memory_budget, layers"), std::string::npos) << e;
   e = parseError("trian: {steps: 1}\n");
   EXPECT_NE(e.find("unknown key 'trian'"), std::string::npos) << e;
@@ -244,6 +244,36 @@ TEST(TrainerConfig, ContextParallelCountsInTheWorldSize) {
   EXPECT_EQ(c.parallel.cp, 2);
   EXPECT_EQ(c.parallel.worldSize(), 4);
   EXPECT_NE(effectiveSummary(c).find("parallel.cp=2"), std::string::npos) << effectiveSummary(c);
+}
+
+// activation_checkpoint.policy / .policy_params: the kind and its parameters, checked by the code that makes the
+// policy (policy/policy_kind.h), reported at their line.
+TEST(TrainerConfig, SelectivePolicyKindsAndTheirParameters) {
+  TrainConfig c = parseOk("activation_checkpoint: {mode: selective}\n");
+  EXPECT_EQ(c.activation_checkpoint.policy, "selective");
+  c = parseOk("activation_checkpoint: {mode: selective, policy: torchtitan, policy_params: [\"64x8\"]}\n");
+  EXPECT_EQ(c.activation_checkpoint.policy, "torchtitan");
+  EXPECT_EQ(c.activation_checkpoint.policy_params, std::vector<std::string>{"64x8"});
+  EXPECT_NE(effectiveSummary(c).find("activation_checkpoint.policy=torchtitan"), std::string::npos);
+  parseOk("activation_checkpoint: {mode: full, layers: {\"0\": selective}, policy: save_occurrences,\n"
+          "                        policy_params: [\"aten::mm@::2\", \"aten::bmm@0,3:5\"]}\n");
+  parseOk("activation_checkpoint: {mode: selective, policy: save_all_but, policy_params: [aten::mul.Tensor]}\n");
+
+  std::string e = parseError("activation_checkpoint:\n  mode: selective\n  policy: titan\n");
+  EXPECT_NE(e.find("t.yaml:3:11: activation_checkpoint.policy: 'titan'"), std::string::npos) << e;
+  EXPECT_NE(e.find("selective, torchtitan, save_all_but, save_occurrences, save_list"), std::string::npos) << e;
+  e = parseError("activation_checkpoint:\n  mode: selective\n  policy: torchtitan\n  policy_params: [\"64\"]\n");
+  EXPECT_NE(e.find("t.yaml:4:18: activation_checkpoint.policy_params: hpac: shape '64' is not allowed; allowed: "
+                   "'INxOUT'"), std::string::npos) << e;
+  e = parseError("activation_checkpoint:\n  mode: selective\n  policy: save_occurrences\n"
+                 "  policy_params: [\"aten::mm@1,x\"]\n");
+  EXPECT_NE(e.find("t.yaml:4:18: activation_checkpoint.policy_params: hpac: occurrence pattern 'aten::mm@1,x': 'x' "
+                   "is not allowed; allowed: 'ns::op[.overload]@ITEMS'"), std::string::npos) << e;
+  e = parseError("activation_checkpoint:\n  mode: selective\n  policy_params: [aten::mm]\n");
+  EXPECT_NE(e.find("policy kind 'selective' takes no parameters"), std::string::npos) << e;
+  e = parseError("activation_checkpoint:\n  mode: full\n  policy: torchtitan\n");
+  EXPECT_NE(e.find("t.yaml:3:11: activation_checkpoint.policy: is set but no layer uses mode selective"),
+            std::string::npos) << e;
 }
 
 TEST(TrainerConfig, EffectiveSummaryNamesEverySettingRanksMustShare) {

@@ -134,6 +134,22 @@ TEST(Level0Routes, FullSubmoduleRouteBitwiseEqual) {
   expectInvocations(full, wrapped, "full (submodule route)");
 }
 
+// activation_checkpoint.policy: the field policies (policy/field_policies.h) as mode selective runs them, bitwise
+// equal to off, each keeping something else than the built-in rules.
+TEST_F(Level0, FieldPoliciesBitwiseEqual) {
+  for (const std::string policy :
+       {"selective, policy: torchtitan", "selective, policy: torchtitan, policy_params: [\"32x4\"]",
+        "selective, policy: save_all_but, policy_params: [aten::silu, aten::mul]",
+        "selective, policy: save_occurrences, policy_params: [\"aten::mm@1::2\", \"aten::bmm@0\"]"}) {
+    const TrainRun run = train(tinyConfig(policy));
+    expectBitwiseEqual(*off_, run, policy);
+    const InvocationStats& got = run.steps[0].stats.totals;
+    const InvocationStats& builtin = selective_->steps[0].stats.totals;
+    EXPECT_TRUE(got.saved != builtin.saved || got.saved_bytes != builtin.saved_bytes) << policy;
+    EXPECT_GT(run.steps[0].stats.totals.saved, 0) << policy;
+  }
+}
+
 TEST_F(Level0, OffRunsNoInvocation) {
   for (const StepResult& r : off_->steps) {
     EXPECT_EQ(r.stats.invocations, 0);

@@ -47,6 +47,7 @@ CheckpointOptions CheckpointableLayer::options(CheckpointMode mode, bool reentra
     options.policy = setting_.budget->factory();  // the layer's region, not the mode's (checkpointOptionsFor refuses)
   } else {
     options = checkpointOptionsFor(mode);
+    if (mode == CheckpointMode::kSelective && setting_.selective_policy) options.policy = setting_.selective_policy;
   }
   options.routing = setting_.routing;
   options.state_writes = setting_.state_writes;

@@ -63,6 +63,8 @@ struct CheckpointSetting {
   // activation_checkpoint.routing / .state_writes (replay/recompute_rules.h).
   RoutingRule routing = RoutingRule::kVerify;
   StateWriteRule state_writes = StateWriteRule::kWarn;
+  // Mode selective (whole layer or submodule): activation_checkpoint.policy's policy; empty = the built-in rules.
+  PolicyFactory selective_policy;
 
   bool enabled() const { return layer != CheckpointMode::kOff || !submodules.empty(); }
 };

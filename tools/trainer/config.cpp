@@ -2,6 +2,8 @@
 
 #include "tools/trainer/yaml_reader.h"
 
+#include "policy/policy_kind.h"
+
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
@@ -20,6 +22,13 @@ constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
 constexpr const char* kMemoryBudgetAllowed =
     "allowed: a fraction in [0, 1] of what the region keeps with checkpointing off (0.3), or bytes per region with "
     "a unit: B, KiB, MiB or GiB (64MiB)";
+
+// The policy kinds activation_checkpoint.policy takes: what mode selective can run (policy/policy_kind.h).
+const std::vector<std::string>& selectivePolicyKinds() {
+  static const std::vector<std::string> kinds = {"selective", "torchtitan", "save_all_but", "save_occurrences",
+                                                 "save_list"};
+  return kinds;
+}
 
 #define HPAC_ASSIGN_OR_RETURN(lhs, expr) \
   {                                      \
@@ -255,7 +264,8 @@ class ConfigParser {
 
   absl::Status parseCheckpoint(const YAML::Node& node, const ModelSpec& model, ActivationCheckpointSpec& ac) {
     if (auto s = r_.checkMap(node, "activation_checkpoint",
-                             {"mode", "memory_budget", "layers", "routing", "state_writes", "cost"});
+                             {"mode", "memory_budget", "layers", "routing", "state_writes", "cost", "policy",
+                              "policy_params"});
         !s.ok()) {
       return s;
     }
@@ -285,6 +295,7 @@ class ConfigParser {
     if (node["layers"]) {
       if (auto s = parseLayers(node["layers"], model, ac); !s.ok()) return s;
     }
+    if (auto s = parsePolicy(node, ac); !s.ok()) return s;
     // memory_budget and mode budget come together.
     if (ac.usesBudget() && !ac.memory_budget) {
       const bool top = ac.mode == CheckpointMode::kBudget;
@@ -303,6 +314,30 @@ class ConfigParser {
                       absl::StrCat("'", ac.cost, "' is set but no layer uses mode budget (mode is '", toString(ac.mode),
                                    "'); allowed only with activation_checkpoint.mode: budget or a budget entry in "
                                    "activation_checkpoint.layers"));
+    }
+    return absl::OkStatus();
+  }
+
+  // activation_checkpoint.policy and .policy_params: the kind and its parameters are checked by the code that
+  // makes the policy (policy/policy_kind.h), here, so that a bad pattern or shape is reported at its line.
+  absl::Status parsePolicy(const YAML::Node& node, ActivationCheckpointSpec& ac) {
+    if (node["policy"]) {
+      HPAC_ASSIGN_OR_RETURN(ac.policy, r_.oneOf(node["policy"], "activation_checkpoint.policy", selectivePolicyKinds()));
+    }
+    if (node["policy_params"]) {
+      HPAC_ASSIGN_OR_RETURN(ac.policy_params, r_.stringList(node["policy_params"], "activation_checkpoint.policy_params"));
+    }
+    const YAML::Node at = node["policy_params"] ? node["policy_params"] : node["policy"];
+    const std::string key = node["policy_params"] ? "activation_checkpoint.policy_params" : "activation_checkpoint.policy";
+    if ((node["policy"] || node["policy_params"]) && !ac.usesSelective()) {
+      return r_.error(at, key, absl::StrCat("is set but no layer uses mode selective (mode is '", toString(ac.mode),
+                                            "'); allowed only with activation_checkpoint.mode: selective or a selective "
+                                            "entry in activation_checkpoint.layers"));
+    }
+    try {
+      policyForKind(parsePolicyKind(ac.policy, "hpac"), ac.policy_params, "hpac");
+    } catch (const c10::Error& e) {
+      return r_.error(at, key, e.msg());
     }
     return absl::OkStatus();
   }
@@ -419,6 +454,12 @@ bool ActivationCheckpointSpec::usesBudget() const {
   return std::any_of(layers.begin(), layers.end(), [](const LayerRange& r) { return r.mode == CheckpointMode::kBudget; });
 }
 
+bool ActivationCheckpointSpec::usesSelective() const {
+  if (mode == CheckpointMode::kSelective) return true;
+  return std::any_of(layers.begin(), layers.end(),
+                     [](const LayerRange& r) { return r.mode == CheckpointMode::kSelective; });
+}
+
 CheckpointMode ActivationCheckpointSpec::modeOf(int64_t index) const {
   for (const LayerRange& r : layers) {
     if (index >= r.first && index <= r.last) return r.mode;
@@ -458,6 +499,12 @@ std::string effectiveSummary(const TrainConfig& c) {
   }
   absl::StrAppend(&out, "\nactivation_checkpoint.routing=", toString(c.activation_checkpoint.routing),
                   "\nactivation_checkpoint.state_writes=", toString(c.activation_checkpoint.state_writes));
+  if (c.activation_checkpoint.usesSelective()) {
+    absl::StrAppend(&out, "\nactivation_checkpoint.policy=", c.activation_checkpoint.policy);
+    for (const std::string& p : c.activation_checkpoint.policy_params) {
+      absl::StrAppend(&out, "\nactivation_checkpoint.policy_params=", p);
+    }
+  }
   absl::StrAppend(&out, "\nactivation_swap=", toString(c.activation_swap), "\nparallel.tp=", c.parallel.tp,
                   "\nparallel.dp=", c.parallel.dp, "\nparallel.ep=", c.parallel.ep, "\nparallel.cp=", c.parallel.cp, "\nparallel.fsdp=",
                   c.parallel.fsdp);

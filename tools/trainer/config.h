@@ -115,8 +115,14 @@ struct ActivationCheckpointSpec {
   // What the recompute does about routing ops and writes to outside tensors (replay/recompute_rules.h).
   RoutingRule routing = RoutingRule::kVerify;
   StateWriteRule state_writes = StateWriteRule::kWarn;
+  // What mode selective runs (policy/policy_kind.h): "selective" (the built-in rules, default), "torchtitan",
+  // "save_all_but", "save_occurrences" or "save_list", with that kind's parameters (checked by the parser).
+  std::string policy = "selective";
+  std::vector<std::string> policy_params;
   // True when `mode` or a plan entry is budget.
   bool usesBudget() const;
+  // True when `mode` or a plan entry is selective.
+  bool usesSelective() const;
   // The mode of language-tower layer `index` (the plan entry covering it, else `mode`).
   CheckpointMode modeOf(int64_t index) const;
   // True when no layer can be checkpointed (mode off and every plan entry off).

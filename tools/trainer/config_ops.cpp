@@ -65,7 +65,9 @@ std::string configJson(const TrainConfig& c) {
   const ActivationCheckpointSpec& ac = c.activation_checkpoint;
   absl::StrAppend(&out, ", \"activation_checkpoint\": {\"mode\": ", quote(toString(ac.mode)), ", \"routing\": ",
                   quote(toString(ac.routing)), ", \"state_writes\": ", quote(toString(ac.state_writes)),
-                  ", \"layers\": [");
+                  ", \"policy\": ", quote(ac.policy), ", \"policy_params\": [");
+  for (size_t i = 0; i < ac.policy_params.size(); ++i) absl::StrAppend(&out, i ? ", " : "", quote(ac.policy_params[i]));
+  absl::StrAppend(&out, "], \"layers\": [");
   for (size_t i = 0; i < ac.layers.size(); ++i) {
     const LayerRange& r = ac.layers[i];
     absl::StrAppend(&out, i ? ", " : "", "{\"first\": ", r.first, ", \"last\": ", r.last, ", \"mode\": ",

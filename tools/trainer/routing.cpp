@@ -1,6 +1,7 @@
 #include "tools/trainer/routing.h"
 
 
+#include "policy/policy_kind.h"
 #include "replay/op_cost.h"
 
 #include "absl/strings/str_cat.h"
@@ -79,6 +80,9 @@ CheckpointSetting settingOf(const LayerPlan& plan, const ActivationCheckpointSpe
   CheckpointSetting s;
   s.routing = ac.routing;
   s.state_writes = ac.state_writes;
+  if (ac.policy != "selective") {
+    s.selective_policy = policyForKind(parsePolicyKind(ac.policy, "hpac"), ac.policy_params, "hpac");
+  }
   s.layer = plan.layer;
   s.reentrant = plan.native;
   // One region per layer: each layer profiles and plans its own forward (MoE routing differs per layer).

@@ -18,10 +18,11 @@ arrive as RuntimeError with hpac's message.
 
 One job per private module: _loader (the library and its process-wide ops), _budget, _regions (Invocation,
 context_fn), _compile (torch.compile), _frame (hpac.checkpoint), _explain, _wrap (checkpoint_wrapper), _policy_fn
-(torch's SAC API: policy functions and op lists).
+(torch's SAC API: policy functions and op lists), _field_policies (PolicySpec: C++ rule kinds with parameters).
 """
 from ._budget import Budget, budget, roofline
 from ._explain import EXPLAIN_MODES, Explanation, explain
+from ._field_policies import PolicySpec, torchtitan_mm_shapes
 from ._frame import checkpoint, checkpoint_with
 from ._loader import (_major_minor, _ops_present, built_for_torch, dispatch_key, fallback_status, global_stats, load,
                       memory_stats, reset_global_stats, reset_peak_memory, track_memory, version)
@@ -35,6 +36,7 @@ __all__ = [
     "reset_global_stats", "Invocation", "Budget", "budget", "context_fn", "checkpoint", "checkpoint_with",
     "checkpoint_wrapper", "unwrap_checkpoint", "track_memory", "memory_stats", "reset_peak_memory", "explain",
     "Explanation", "EXPLAIN_MODES", "roofline", "create_selective_checkpoint_contexts", "SelectiveCheckpointContext",
+    "PolicySpec", "torchtitan_mm_shapes",
 ]
 
 load()

@@ -12,19 +12,23 @@ import torch.utils.checkpoint
 
 from . import _compile, _policy_fn
 from ._budget import Budget
+from ._field_policies import PolicySpec
 
-# A policy as hpac's Python API takes it: a kind name ("selective", "full", "save_all"; parsed in C++,
-# policy/policy_kind.h), None (= "full"), a save list (op names, OpOverloads, OpOverloadPackets), a Budget, or a
-# policy function policy_fn(ctx, op, *args, **kwargs) as torch's selective checkpointing takes it (_policy_fn.py).
-PolicyLike = Union[str, None, Sequence, Budget, Callable]
+# A policy as hpac's Python API takes it: a kind name ("selective", "full", "save_all", "torchtitan"; parsed in C++,
+# policy/policy_kind.h), a PolicySpec (a kind with parameters), None (= "full"), a save list (op names, OpOverloads,
+# OpOverloadPackets), a Budget, or a policy function policy_fn(ctx, op, *args, **kwargs) as torch's selective
+# checkpointing takes it (_policy_fn.py).
+PolicyLike = Union[str, PolicySpec, None, Sequence, Budget, Callable]
 
 
 def _policy_kind(policy: PolicyLike) -> Tuple[str, List[str]]:
-    """(kind, save list) of a policy that is not a Budget."""
+    """(kind, parameters) of a policy that is not a Budget."""
     if policy is None:
         return "full", []
     if isinstance(policy, str):
         return policy, []
+    if isinstance(policy, PolicySpec):
+        return policy.kind, list(policy.params)
     if callable(policy):
         return "policy_fn", []
     return "save_list", _policy_fn.save_list_names(list(policy))
@@ -242,7 +246,9 @@ def _policy_key(policy: PolicyLike):
     kind, names = _policy_kind(policy)
     if kind == "policy_fn":
         return ("policy_fn", policy)  # a function is a constant Dynamo can guard on, as in torch's own partial
-    return kind if kind != "save_list" else ("save_list", tuple(names))
+    if kind == "save_list":
+        return ("save_list", tuple(names))
+    return ("spec", kind, tuple(names)) if names else kind
 
 
 def _policy_of(key) -> PolicyLike:
@@ -252,6 +258,8 @@ def _policy_of(key) -> PolicyLike:
         return Budget._by_number(key[1])
     if key[0] == "policy_fn":
         return key[1]
+    if key[0] == "spec":
+        return PolicySpec(key[1], key[2])
     return list(key[1])
 
 

@@ -455,10 +455,19 @@ def _apply_layer(prep, p, lp, ac):
     elif p.layer != "off":  # selective or budget, whole layer; budget: one region per layer, as the C++ trainer
         if p.layer == "budget":
             p.budget = _budget_of(ac["memory_budget"], ac.get("cost", "measured"))
-        wrap_torch_checkpoint(p.module, p._context_fn(p.budget or p.layer))
+        wrap_torch_checkpoint(p.module, p._context_fn(p.budget or _selective_policy(p.layer, ac)))
     p.submodules = list(lp["submodules"])
     for name in p.submodules:
         wrap_torch_checkpoint(p.module._modules[name], p._context_fn("full"))
+
+
+def _selective_policy(layer_mode, ac):
+    """What a selective layer runs: activation_checkpoint.policy with its policy_params (validated by the C++
+    parser), or the built-in rules."""
+    policy = ac.get("policy", "selective")
+    if layer_mode != "selective" or policy == "selective":
+        return layer_mode
+    return hpac.PolicySpec(policy, ac.get("policy_params", []))
 
 
 def _compile_layers(prep, layers, backend):

@@ -66,3 +66,34 @@ def test_level0_dense_llama_submodule_route():
         assert run.prep.compiled == [f"model.layers.{i}" for i in range(3)], run.prep.compiled
     _check(runs, 3, compiled=True)
     print("\n" + hc.format_table(hc.summary(runs)))
+
+
+def test_level0_qwen3_moe_yaml_policy_torchtitan():
+    """activation_checkpoint.policy (docs/trainer.md): selective runs torchtitan's rules (policy/field_policies.h),
+    its force-recompute shape the router's (hidden, experts); bitwise equal to off, keeping other tensors than the
+    built-in rules."""
+    yaml = models.QWEN3_MOE_YAML % 'selective, policy: torchtitan, policy_params: ["128x8"]'
+    config = hf.parse_config(yaml, "level0_torchtitan.yaml")
+    assert config["activation_checkpoint"]["policy"] == "torchtitan"
+    assert config["activation_checkpoint"]["policy_params"] == ["128x8"]
+    spec, train = config["model"], config["train"]
+
+    def compare(cfg, modes, steps):
+        return hc.train_compare(
+            lambda: models.qwen3_moe(spec), cfg,
+            lambda step: hc.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"],
+                                        step),
+            steps=steps, modes=modes, lr=train["lr"], log=None)
+
+    runs = compare(config, ("off", "full", "selective"), STEPS)
+    _check(runs, spec["num_layers"])
+    builtin = compare(hf.parse_config(models.QWEN3_MOE_YAML % "selective", "level0.yaml"), ("selective",), 1)
+    got, ref = runs["selective"].layer_stats[0][0], builtin["selective"].layer_stats[0][0]
+    assert (got["saved"], got["saved_bytes"]) != (ref["saved"], ref["saved_bytes"]), (got, ref)
+
+
+def test_yaml_policy_errors_name_the_line():
+    with pytest.raises(RuntimeError, match=r"t.yaml:1:\d+: activation_checkpoint.policy_params: hpac: shape '128' is "
+                                         r"not allowed; allowed: 'INxOUT'"):
+        hf.parse_config('activation_checkpoint: {mode: selective, policy: torchtitan, policy_params: ["128"]}\n',
+                        "t.yaml")
