@@ -831,6 +831,7 @@ SECTIONS = {
     "cost_estimate": cost_estimate, "plan_stability": plan_stability, "plan_oracle": plan_oracle,
     "frontier_30b": frontier_30b,
     "target_shapes": target_shapes,
+    "gpu_target_shapes": lambda r: target_shapes_table(load(r, "gpu_check_target_shapes.json")),
     "policy_fn_overhead": policy_fn_overhead, "policy_fn_overhead_reading": policy_fn_overhead_reading,
     "frontier_30b_context_fn": lambda r: frontier_30b(r, "frontier_30b_context_fn.json"),
     "explain": explain,

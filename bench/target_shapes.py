@@ -1,0 +1,334 @@
+"""The seed's table at the target's shapes, with enough layers that activations set the peak.
+
+transformers' Qwen3MoeForCausalLM built from the project's preset qwen3_moe_30b_a3b (Qwen3-30B-A3B's layer shapes:
+hidden 2048, 32 query / 4 KV heads of head_dim 128, top-8 routing with norm_topk_prob, expert width 768, rms eps
+1e-6, rope_theta 1e6), with FEWER experts per layer (--experts, default 8 of the real 128) and a reduced vocabulary
+(--vocab, default 4096 of the real 151936), random weights, batch 1, trained with AdamW. What a layer keeps for
+backward does not depend on the expert count (every token still goes to 8 experts of width 768); the weights, their
+gradients and AdamW's state do, and at 128 experts one layer's fused expert gradients, not activations, set the peak
+(docs/results.md, "Real Qwen3-30B-A3B layer shapes"). With 8 experts the activations set it.
+
+Modes, all on one model and one AdamW (the layers re-wrapped every step; the weights move every step, as training):
+  off, full, selective     no checkpoint; hpac full; hpac's fixed selective policy (hpac.checkpoint_wrapper per layer)
+  budget:<f>               hpac.budget(f) per layer, kept across steps (profiled on the warm-up round)
+  compile:<f>              each decoder layer compiled (torch.compile, --compile-backend) with
+                           torch._functorch.config.activation_memory_budget = f (torch.compile's own planner, as
+                           bench/compile_compare.py's torch_budget rows; compiled on the warm-up round)
+ONE interleaved run per layer count: round 0 warms up (budget profiles, compiles, AdamW's state), then every round
+runs every mode once, the order rotated each round; per mode: step time (forward + backward + AdamW step) as the
+median and as the median of per-round ratios to off (paired), peak = the highest allocated bytes during the step,
+absolute (weights, AdamW state, gradients, activations: what a device must hold), and above the step's start, and
+kept = what the forward left for backward. Memory: hpac's tracking CPU allocator (hpac.track_memory,
+hpac.memory_stats) on CPU, torch.cuda.max_memory_allocated on CUDA.
+
+Then the 48-layer peak per mode: peak(L) = a + b*L, least squares over the measured layer counts, checked by leaving
+the largest count out (fit on the others, predict it, the error in %), with b split into what a layer holds at rest
+(weights + AdamW state, the slope of the step's starting bytes) and what it adds at the peak (activations and
+gradients, the slope of the peak above the start), printed beside the seed's numbers.
+
+    GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296 \\
+      nice .venv/bin/python bench/target_shapes.py --layers 1,2,4 --steps 4
+    .venv/bin/python bench/target_shapes.py --dry-run          # tiny shapes, every mode, seconds
+    .venv/bin/python bench/target_shapes.py --report bench/results/target_shapes.json
+"""
+import argparse
+import gc
+import importlib
+import json
+import os
+import statistics
+import sys
+import time
+import warnings
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "plugin", "python"))
+sys.path.insert(0, HERE)
+import hpac  # noqa: E402
+import hpac.hf_compare as hc  # noqa: E402
+
+DEFAULT_OUT = os.path.join(HERE, "results", "target_shapes.json")
+MODES = ("off", "full", "selective", "budget:0.25", "budget:0.5", "compile:0.5")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# The seed's table (../shared/DESIGN.md's reference design): Qwen3-30B-A3B, seq 1024, 48 layers, accelerators, bf16.
+SEED = {"off": {"peak_gb": 29.60, "step_s": 6.29}, "full": {"peak_gb": 26.91, "step_s": 7.21},
+        "selective": {"peak_gb": 25.74, "step_s": 7.91}}
+# --dry-run: the same code on tiny shapes (the preset's dimensions replaced).
+TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, moe_intermediate_size=32,
+            num_experts_per_tok=2)
+
+
+class Memory:
+    """Allocated bytes on the run's device: hpac's tracking CPU allocator, or the CUDA caching allocator's counters."""
+
+    def __init__(self, device):
+        self.cuda = torch.device(device).type == "cuda"
+        if not self.cuda:
+            hpac.track_memory()
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def current(self):
+        return torch.cuda.memory_allocated() if self.cuda else hpac.memory_stats()["current_bytes"]
+
+    def peak(self):
+        return torch.cuda.max_memory_allocated() if self.cuda else hpac.memory_stats()["peak_bytes"]
+
+    def reset_peak(self):
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            hpac.reset_peak_memory()
+
+
+def model_spec(layers, experts, vocab, tiny=False):
+    """The preset's `model` section (hpac.hf.parse_config, the C++ parser) with the counts replaced."""
+    import hpac.hf as hf
+    extra = "".join(f", {k}: {v}" for k, v in TINY.items()) if tiny else ""
+    text = (f"model: {{preset: qwen3_moe_30b_a3b, num_layers: {layers}, num_experts: {experts}, "
+            f"vocab_size: {vocab}{extra}}}\n")
+    return hf.parse_config(text, "target_shapes.yaml")["model"]
+
+
+def build(spec, seq, dtype, device):
+    import transformers
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(1234)
+    cfg = hc.qwen3_moe_config(spec, max_position_embeddings=max(4096, seq))
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # built in its dtype: no float32 copy
+    try:
+        with torch.device(device):
+            model = transformers.Qwen3MoeForCausalLM(cfg)
+    finally:
+        torch.set_default_dtype(default)
+    model.train()
+    return model
+
+
+class Modes:
+    """Puts one model's decoder layers into a mode: hpac wrappers, or the compiled layers, or neither."""
+
+    def __init__(self, model, modes, compile_backend):
+        self.model, self.modes, self.backend = model, list(modes), compile_backend
+        self.layers = list(model.model.layers)
+        self.budgets = {m: [hpac.budget(float(m.partition(":")[2])) for _ in self.layers]
+                        for m in self.modes if m.startswith("budget:")}
+        self.compiled = {m: [torch.compile(layer, backend=compile_backend) for layer in self.layers]
+                         for m in self.modes if m.startswith("compile:")}
+
+    def apply(self, mode):
+        layers = self.model.model.layers
+        for i, layer in enumerate(self.layers):
+            hpac.unwrap_checkpoint(layer)
+            layers[i] = self.compiled[mode][i] if mode in self.compiled else layer
+            if mode in ("full", "selective"):
+                hpac.checkpoint_wrapper(layer, mode=mode)
+            elif mode in self.budgets:
+                hpac.checkpoint_wrapper(layer, mode=self.budgets[mode][i])
+
+    def context(self, mode):
+        """torch.compile's budget is read when a graph is compiled: set it around every compiled step."""
+        import contextlib
+        if mode not in self.compiled:
+            return contextlib.nullcontext()
+        import torch._functorch.config as functorch_config
+        return functorch_config.patch(activation_memory_budget=float(mode.partition(":")[2]))
+
+
+def one_step(model, opt, ids, memory, ctx):
+    """(seconds, peak bytes, peak bytes above the start, kept after forward, bytes at the start, loss, peak above the
+    start before AdamW's step) of forward + backward + AdamW step."""
+    opt.zero_grad(set_to_none=True)
+    gc.collect()
+    gc.disable()
+    try:
+        memory.sync()
+        start = memory.current()
+        memory.reset_peak()
+        t0 = time.perf_counter()
+        with ctx:
+            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        kept = memory.current() - start
+        loss.backward()
+        memory.sync()
+        peak_fb = memory.peak()
+        opt.step()
+        memory.sync()
+        seconds = time.perf_counter() - t0
+        peak = memory.peak()
+    finally:
+        gc.enable()
+    return seconds, peak, peak - start, kept, start, loss.detach().float().item(), peak_fb - start
+
+
+def measure_layers(layers, a, memory, log):
+    """One interleaved run at one layer count: {mode: row}."""
+    spec = model_spec(layers, a.experts, a.vocab, tiny=a.tiny)
+    model = build(spec, a.seq, DTYPES[a.dtype], a.device)
+    params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0)
+    modes = Modes(model, a.modes, a.compile_backend)
+    ids = hc.token_batch(spec["vocab_size"], 1, a.seq, 1234, 0).to(a.device)
+    keys = ("s", "peak", "above", "kept", "start", "loss", "above_fb")
+    rec = {m: {k: [] for k in keys} for m in a.modes}
+    warm = {}
+    for r in range(a.steps + 1):
+        line = []
+        for mode in hc.rotated(a.modes, r):
+            modes.apply(mode)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                values = one_step(model, opt, ids, memory, modes.context(mode))
+            s, peak = values[:2]
+            line.append(f"{mode} {s:.2f}s {peak / 2**20:.0f}MiB")
+            if r == 0:
+                warm[mode] = s
+                continue
+            for k, v in zip(keys, values):
+                rec[mode][k].append(v)
+        log(f"{layers} layer(s) round {r}/{a.steps}{' (warm-up)' if r == 0 else ''}: " + ", ".join(line))
+    modes.apply("off")
+    off = rec["off"]["s"]
+    rows = {}
+    for mode, x in rec.items():
+        row = {"s_median": statistics.median(x["s"]), "s_all": x["s"],
+               "time_vs_off_paired": statistics.median(t / o for t, o in zip(x["s"], off)),
+               "peak_bytes": max(x["peak"]), "peak_above_start_bytes": max(x["above"]),
+               "peak_above_start_before_optimizer_bytes": max(x["above_fb"]),
+               "kept_bytes": max(x["kept"]), "start_bytes": statistics.median(x["start"]),
+               "losses": x["loss"], "warmup_s": warm[mode]}
+        if mode in modes.budgets:
+            row["plans"] = [{k: st[k] for k in ("stage", "kept_bytes", "off_bytes", "saved_ops", "skipped_ops",
+                                                "planned_ops")} for st in (b.status() for b in modes.budgets[mode])]
+        rows[mode] = row
+    del modes, opt, model
+    gc.collect()
+    if memory.cuda:
+        torch.cuda.empty_cache()
+    return {"layers": layers, "parameters": params, "rows": rows}
+
+
+def fit(points):
+    """(a, b) of the least-squares line y = a + b*x; one point: b = 0."""
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    if len(set(xs)) < 2:
+        return ys[0], 0.0
+    mx, my = statistics.mean(xs), statistics.mean(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - b * mx, b
+
+
+def derive(runs, modes, target_layers):
+    """Per mode: peak(L) = a + b*L over the runs, the value at target_layers, b split into at-rest and at-peak
+    terms, and the leave-the-largest-out check."""
+    out = {}
+    for mode in modes:
+        pts = {k: [(r["layers"], r["rows"][mode][k]) for r in runs]
+               for k in ("peak_bytes", "start_bytes", "peak_above_start_bytes", "kept_bytes", "s_median")}
+        a, b = fit(pts["peak_bytes"])
+        entry = {"a_bytes": a, "b_bytes_per_layer": b, "peak_bytes_derived": a + b * target_layers,
+                 "b_at_rest_bytes_per_layer": fit(pts["start_bytes"])[1],
+                 "b_above_start_bytes_per_layer": fit(pts["peak_above_start_bytes"])[1],
+                 "b_kept_bytes_per_layer": fit(pts["kept_bytes"])[1],
+                 "fit_residual_max_rel": max(abs(a + b * x - y) / y for x, y in pts["peak_bytes"])}
+        ta, tb = fit(pts["s_median"])
+        entry.update({"a_s": ta, "b_s_per_layer": tb, "s_derived": ta + tb * target_layers})
+        if len(runs) >= 3:  # leave the largest layer count out: fit on the others, predict it
+            largest = max(pts["peak_bytes"])
+            la, lb = fit([p for p in pts["peak_bytes"] if p != largest])
+            entry["loo"] = {"layers": largest[0], "measured_bytes": largest[1], "predicted_bytes": la + lb * largest[0],
+                            "error_rel": (la + lb * largest[0]) / largest[1] - 1}
+        out[mode] = entry
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", default="1,2,4", help="comma-separated layer counts, each its own interleaved run")
+    ap.add_argument("--steps", type=int, default=4, help="measured rounds (every mode once each) after one warm-up")
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--experts", type=int, default=8, help="experts per layer (Qwen3-30B-A3B: 128)")
+    ap.add_argument("--vocab", type=int, default=4096, help="vocabulary (Qwen3-30B-A3B: 151936)")
+    ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated, off first: off, full, selective, "
+                                                             "budget:<f>, compile:<f>")
+    ap.add_argument("--compile-backend", default="inductor")
+    ap.add_argument("--target-layers", type=int, default=48)
+    ap.add_argument("--dry-run", action="store_true", help="tiny shapes (hidden 64), seq 32, 2 rounds, aot_eager: "
+                                                           "every mode end to end in seconds")
+    ap.add_argument("--out", default=None, help=f"JSON (default {os.path.relpath(DEFAULT_OUT, ROOT)}; "
+                                                "--dry-run: none unless given)")
+    ap.add_argument("--report", metavar="JSON", help="print the docs/results.md section from a JSON and exit")
+    a = ap.parse_args(argv)
+    if a.report:
+        import report_results
+        print("\n".join(report_results.target_shapes_table(report_results.load(*os.path.split(a.report)))))
+        return 0
+    a.tiny = a.dry_run
+    if a.dry_run:
+        torch.set_num_threads(1)  # tiny ops: a second thread only waits, and on a busy machine it waits long
+        a.seq, a.steps, a.experts, a.vocab, a.compile_backend = min(a.seq, 32), min(a.steps, 2), 4, 128, "aot_eager"
+        a.layers = "1,2,3" if a.layers == "1,2,4" else a.layers
+    a.modes = [m for m in a.modes.split(",") if m]
+    try:
+        layer_counts = [int(x) for x in a.layers.split(",")]
+        for m in a.modes:
+            fam, _, f = m.partition(":")
+            assert (m in ("off", "full", "selective") or fam in ("budget", "compile") and 0 <= float(f) <= 1)
+    except (ValueError, AssertionError):
+        ap.error(f"--layers {a.layers!r} / --modes {','.join(a.modes)!r} not allowed: comma-separated positive "
+                 "integers; off first, then full, selective, budget:<f>, compile:<f> with f in [0, 1]")
+    if a.modes[0] != "off" or min(layer_counts + [a.steps, a.seq, a.experts, a.vocab]) < 1:
+        ap.error("--modes must start with off; --layers, --steps, --seq, --experts, --vocab must be positive")
+    importlib.import_module("hpac.hf")
+    importlib.import_module("transformers")
+    gc.freeze()  # the imports' objects out of the collector's way: every step runs gc.collect()
+    data = run(a, layer_counts)
+    out = a.out or (None if a.dry_run else DEFAULT_OUT)
+    if out:
+        write(data, out)
+    import report_results
+    print("\n".join(report_results.target_shapes_table(data)))
+    return 0
+
+
+def run(a, layer_counts, log=None):
+    """Every layer count's interleaved run, then the derivation; `a` holds main()'s options."""
+    started = time.perf_counter()
+    log = log or (lambda msg: print(f"[target_shapes {time.perf_counter() - started:.0f}s] {msg}", flush=True))
+    memory = Memory(a.device)
+    import transformers
+    data = {"benchmark": "target_shapes", "torch": torch.__version__, "transformers": transformers.__version__,
+            "hpac": hpac.version(), "device": a.device,
+            "device_name": torch.cuda.get_device_name(0) if memory.cuda else f"{os.cpu_count()} CPUs",
+            "threads": torch.get_num_threads(), "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
+            "load_average_at_start": os.getloadavg()[0], "dtype": a.dtype, "seq": a.seq, "batch": 1,
+            "experts": a.experts, "vocab": a.vocab, "steps": a.steps, "modes": a.modes, "dry_run": a.dry_run,
+            "compile_backend": a.compile_backend, "target_layers": a.target_layers, "seed": SEED,
+            "optimizer": "AdamW (lr 1e-5, weight_decay 0), zero_grad(set_to_none=True)", "runs": []}
+    data["model"] = model_spec(1, a.experts, a.vocab, tiny=a.tiny)
+    for layers in layer_counts:
+        data["runs"].append(measure_layers(layers, a, memory, log))
+        data["derived"] = derive(data["runs"], a.modes, a.target_layers)
+        data["wall_s"] = time.perf_counter() - started
+        data["load_average_at_end"] = os.getloadavg()[0]
+        if getattr(a, "out", None):
+            write(data, a.out)  # after every layer count: a run stopped early leaves what it measured
+    return data
+
+
+def write(data, path):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

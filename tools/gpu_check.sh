@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The accelerator check (issue 37, item 4), as one command, inside 10 minutes on one machine with one NVIDIA GPU and
+# a CUDA build of pip torch, transformers, cmake and g++:
+#
+#   tools/gpu_check.sh [OUT_DIR]             (default: gpu-check/ in the checkout)
+#   tools/gpu_check.sh --dry-run [OUT_DIR]   the same code on device cpu with tiny shapes, no build, seconds: the
+#                                            CTest entry python.gpu_check_dry_run (README's test command) runs it
+#
+# 1. Builds libhpac and the config library against that Python's torch into build-gpu/, as tools/gpu_level1.sh does
+#    (abseil and yaml-cpp: the system's, or Debian 12's packages unpacked from HPAC_DEB_DIR, default .debs/).
+#    --dry-run builds nothing: HPAC_LIBRARY and HPAC_CONFIG_LIBRARY, else build/'s.
+# 2. bench/gpu_check.py on cuda in bfloat16 (--dry-run: cpu, float32, tiny): four sections, each recorded in
+#    OUT_DIR/gpu_check.json whether it passed or raised:
+#      core           hpac.checkpoint full / selective / budget and a policy_fn through
+#                     hpac.create_selective_checkpoint_contexts, bit for bit against no checkpoint with dropout (the
+#                     CUDA RNG replayed), again on a non-default CUDA stream; peak and kept bytes per mode from
+#                     torch.cuda.max_memory_allocated
+#      target_shapes  bench/target_shapes.py's table at seq 1024 on 1, 2 and 4 layers of Qwen3-30B-A3B's shapes
+#                     (8 experts): off / full / selective / budget 0.25 / 0.5 / torch.compile's
+#                     activation_memory_budget 0.5, interleaved, with the 48-layer derivation
+#                     (OUT_DIR/target_shapes.json and target_shapes.md)
+#      sac_peer       PyTorch's SAC and hpac with the same policy_fn on two such layers: kept bytes, time, grads
+#      planner        hpac.budget with cost="measured" (device-timed profile) and cost="estimated" (roofline)
+# 3. bench/gpu_check.py --verify: every section there and passed. The last line says so; the exit status is 0 only
+#    then.
+# HPAC_GPU_PYTHON picks the Python (default python3; --dry-run: .venv/bin/python where it exists).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+dry=0
+if [ "${1:-}" = --dry-run ]; then dry=1; shift; fi
+out=${1:-$root/gpu-check}
+say() { echo "[hpac gpu-check] $*"; }
+if [ $dry = 1 ] && [ -z "${HPAC_GPU_PYTHON:-}" ] && [ -x "$root/.venv/bin/python" ]; then
+  python=$root/.venv/bin/python
+else
+  python=${HPAC_GPU_PYTHON:-python3}
+fi
+mkdir -p "$out"
+rm -f "$out/gpu_check.json"  # a stale result never passes
+export PYTHONPATH=$root/plugin/python PYTHONUNBUFFERED=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
+export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296}
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$out/inductor-cache}
+
+if ! version=$("$python" -c 'import torch, transformers; print(torch.__version__)' 2>/dev/null); then
+  say "$python lacks torch or transformers; set HPAC_GPU_PYTHON to a Python with both"
+  exit 2
+fi
+start=$(date +%s)
+if [ $dry = 1 ]; then
+  export HPAC_LIBRARY=${HPAC_LIBRARY:-$root/build/plugin/libhpac.so}
+  export HPAC_CONFIG_LIBRARY=${HPAC_CONFIG_LIBRARY:-$root/build/tools/trainer/libhpac_config.so}
+  say "dry run on cpu: torch $version, $HPAC_LIBRARY"
+  timeout 240 "$python" "$root/bench/gpu_check.py" --dry-run --out "$out"
+else
+  if ! "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+    say "$python's torch $version sees no CUDA device; this script needs one (--dry-run runs on cpu)"
+    exit 2
+  fi
+  say "$("$python" -c 'import torch, transformers as t; print(f"torch {torch.__version__}, transformers" \
+                                                             f" {t.__version__}, {torch.cuda.get_device_name(0)}")')"
+  debs=${HPAC_DEB_DIR:-$root/.debs}
+  prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+  if ls "$debs"/*.deb >/dev/null 2>&1; then
+    for f in "$debs"/*.deb; do dpkg-deb -x "$f" /tmp/hpac-debs; done
+    prefix="$prefix;/tmp/hpac-debs/usr"
+    export LD_LIBRARY_PATH=/tmp/hpac-debs/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    say "abseil and yaml-cpp from $(ls "$debs"/*.deb | wc -l) Debian packages in $debs"
+  fi
+  build=$root/build-gpu
+  if ! { cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
+           -DHPAC_TORCH_PYTHON="$python" -DHPAC_PYTHON="$python" -DHPAC_WITH_TESTS=OFF -DHPAC_WITH_BENCH=OFF &&
+         cmake --build "$build" -j "$(nproc)" --target hpac hpac_config; } >"$out/build.log" 2>&1; then
+    tail -20 "$out/build.log"
+    say "build failed (whole log: $out/build.log); the config library needs abseil and yaml-cpp (see the head of $0)"
+    exit 1
+  fi
+  say "built in $(( $(date +%s) - start )) s"
+  export HPAC_LIBRARY=$build/plugin/libhpac.so HPAC_CONFIG_LIBRARY=$build/tools/trainer/libhpac_config.so
+  # what is left of 10 minutes after the build, at least 5 minutes
+  left=$(( 600 - ($(date +%s) - start) ))
+  timeout $(( left > 300 ? left : 300 )) "$python" "$root/bench/gpu_check.py" --out "$out" --device cuda \
+    --dtype bfloat16 --layers 1,2,4 --steps 4
+fi
+status=$?
+[ $status = 0 ] || say "bench/gpu_check.py exited with $status"
+"$python" "$root/bench/gpu_check.py" --verify "$out/gpu_check.json"
+verified=$?
+say "$( [ $verified = 0 ] && echo passed || echo FAILED ) in $(( $(date +%s) - start )) s (JSON and tables in $out)"
+[ $verified = 0 ] && [ $status = 0 ]
