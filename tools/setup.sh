@@ -6,7 +6,8 @@
 #     GoogleTest, Google Benchmark, OpenBLAS, Debian's torch 1.13.1 (libtorch-dev, python3-torch),
 #     the compatibility leg, and clang-14 with libFuzzer (tools/fuzz.sh).
 #  2. The virtual environment .venv (ignored by git) with the pinned packages of
-#     tools/requirements.txt: torch 2.13.0, the default torch of every build.
+#     tools/requirements.txt: torch 2.13.0, the default torch of every build; then, with --no-deps,
+#     tools/requirements-nodeps.txt (torchtitan for hpac.torchtitan's test and bench/torchtitan_sac.py).
 #
 # Usage: tools/setup.sh
 # Environment: HPAC_VENV (default <repo>/.venv), HPAC_VENV_PYTHON (the Python
@@ -58,8 +59,9 @@ fi
 
 venv=${HPAC_VENV:-$root/.venv}
 requirements=$root/tools/requirements.txt
+nodeps=$root/tools/requirements-nodeps.txt  # installed with --no-deps (see the file)
 stamp=$venv/.hpac-requirements
-if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && cmp -s "$requirements" "$stamp"; then
+if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && cat "$requirements" "$nodeps" | cmp -s - "$stamp"; then
   echo "[hpac setup] $(basename "$venv") up to date ($("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
   exit 0
 fi
@@ -74,5 +76,6 @@ pip_pin=$(grep -E '^pip==' "$requirements")
 echo "[hpac setup] installing $pip_pin, then tools/requirements.txt into $(basename "$venv")"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "$pip_pin"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements"
-cp "$requirements" "$stamp"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r "$nodeps"
+cat "$requirements" "$nodeps" >"$stamp"
 echo "[hpac setup] $(basename "$venv"): $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)')"
