@@ -9,8 +9,8 @@ dispatch modes:
 
 A list of ops becomes hpac's C++ save list (no Python per op). A policy function is asked once per op in the forward,
 after the op ran, with a SelectiveCheckpointContext carrying the op's output, as torch >= 2.13 asks it; hpac records
-each answer per (op, occurrence) in C++ and the recompute replays it without calling Python (Note [Decided after the
-op], policy/checkpoint_policy.h). Under torch.compile the same call returns PyTorch's modes asking the same function
+each answer per (op, occurrence) in C++ and the recompute replays it without asking the function again (Note [Decided
+after the op], policy/checkpoint_policy.h; it runs under _ServedOpsMode: Note [One mode state in both phases]). Under torch.compile the same call returns PyTorch's modes asking the same function
 (lists: hpac's traced save list), so MUST_RECOMPUTE reaches the graph's tags.
 
 Note [Outer dispatch modes see what ran]
