@@ -40,7 +40,7 @@ void allReduceGradients(const std::vector<at::Tensor>& params, const c10::intrus
 // from the dispatcher-routed point-to-point ops c10d::send / c10d::recv_
 // (every send posted before any receive is waited: no ordering deadlock);
 // hpac sees each one, and the selective policy saves both sides (Note
-// [Served Work handles] in replay/invocation.cpp).
+// [Served Work handles] in replay/collective_work.cpp).
 at::Tensor allToAll(const at::Tensor& x, const std::vector<int64_t>& send_counts,
                     const std::vector<int64_t>& recv_counts, const c10::intrusive_ptr<c10d::ProcessGroup>& pg);
 

@@ -185,6 +185,14 @@ class _ServedOpsMode(_TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+class _ModeStateMode(_TorchDispatchMode):
+    """A policy function's recompute with no outer mode around it: the mode is only there so that torch's composite
+    ops decompose as in the forward (Note [One mode state in both phases], _regions.py); each op goes on at once."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
 def outer_modes_active() -> bool:
     """Whether a Python TorchDispatchMode is active on this thread."""
     return _HAVE_MODES and torch._C._len_torch_dispatch_stack() > 0

@@ -74,10 +74,12 @@ class _Region:
         # composite ops decompose by whether a dispatch mode is active (reshape becomes view under one and
         # _reshape_alias without), so a forward under _PolicyFnMode and a bare recompute met different op sequences
         # ("aten::_reshape_alias ... is not in storage" on any reshape ahead of a saved op, e.g. every transformers
-        # Qwen3-MoE layer). _ServedOpsMode asks no policy; it costs one Python call per recompute op.
-        elif self._phase == "recompute" and (_policy_fn.outer_modes_active()
-                                             or self._invocation._policy_fn is not None):
+        # Qwen3-MoE layer). Neither mode asks the policy; each costs one Python call per recompute op, and with no
+        # outer mode to hide served ops from, _ModeStateMode only passes each op on.
+        elif self._phase == "recompute" and _policy_fn.outer_modes_active():
             self._mode = _policy_fn._ServedOpsMode(self._invocation)
+        elif self._phase == "recompute" and self._invocation._policy_fn is not None:
+            self._mode = _policy_fn._ModeStateMode()
         handle.enter(self._phase)
         if self._phase == "forward" and handle.watches_saved():
             self._reporting = self._report_saved(handle)
