@@ -105,10 +105,11 @@ def core(a, log):
         blocks.zero_grad(set_to_none=True)
         x = x0.clone().requires_grad_()
         sync(device)
+        default = torch.cuda.current_stream(device) if stream is not None else None
         ctx = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
         with ctx:
             if stream is not None:
-                stream.wait_stream(torch.cuda.current_stream(device))
+                stream.wait_stream(default)  # x0 and the weights were made on the default stream
             torch.manual_seed(7)
             start = memory.current()
             memory.reset_peak()
@@ -128,7 +129,7 @@ def core(a, log):
             sync(device)
             seconds = time.perf_counter() - t0
         if stream is not None:
-            torch.cuda.current_stream(device).wait_stream(stream)
+            default.wait_stream(stream)
         return loss.detach(), grads_of(blocks) + [x.grad.clone()], memory.peak() - start, kept, seconds
 
     result = {"dims": dims, "modes": {}, "stream": None}

@@ -591,18 +591,21 @@ def target_shapes_table(d):
            f"{d['load_average_at_end']:.1f} at the end, {d['wall_s'] / 60:.0f} min in all. One interleaved run per "
            f"layer count: a warm-up round, then {d['steps']} rounds of every mode, the order rotated per round; step "
            "= forward + backward + AdamW; peak = the most bytes allocated during the step (weights, AdamW state, "
-           "gradients, activations), above start = the same less the bytes held at the step's start; kept = what "
-           "the forward left for backward; time vs off = the median of per-round ratios."]
+           "gradients, activations), above start = the same less the bytes held at the step's start (weights and "
+           "AdamW state), before AdamW's step = the same over forward + backward only; kept = what the forward left "
+           "for backward; time vs off = the median of per-round ratios."]
     for run in d["runs"]:
         rows = run["rows"]
         off = rows["off"]
         out += ["", f"**{run['layers']} layer(s)** ({run['parameters'] / 1e6:.0f}M parameters)", "",
-                "| mode | peak | vs off | peak above start | vs off | kept after forward | vs off | step time "
-                "(median; min–max) | vs off (paired) |", "|---|---|---|---|---|---|---|---|---|"]
+                "| mode | peak | vs off | peak above start | vs off | of it before AdamW's step | kept after forward "
+                "| vs off | step time (median; min–max) | vs off (paired) |", "|---|---|---|---|---|---|---|---|---|---|"]
         for mode, x in rows.items():
+            fb = x.get("peak_above_start_before_optimizer_bytes")
             out.append(f"| {mode} | {x['peak_bytes'] / gib:.2f} GiB | {x['peak_bytes'] / off['peak_bytes']:.2f}x | "
                        f"{x['peak_above_start_bytes'] / gib:.2f} GiB | "
                        f"{x['peak_above_start_bytes'] / off['peak_above_start_bytes']:.2f}x | "
+                       + (f"{fb / gib:.2f} GiB | " if fb is not None else "- | ") +
                        f"{x['kept_bytes'] / 2**20:.0f} MiB | {x['kept_bytes'] / off['kept_bytes']:.2f}x | "
                        f"{x['s_median']:.2f} s; {min(x['s_all']):.2f}–{max(x['s_all']):.2f} | "
                        f"{x['time_vs_off_paired']:.2f}x |")
@@ -653,6 +656,28 @@ def target_shapes_table(d):
 def target_shapes(r):
     """docs/results.md "The seed's table at the target's shapes" (bench/target_shapes.py)."""
     return target_shapes_table(load(r, "target_shapes.json"))
+
+
+def target_shapes_summary(r):
+    """README's results paragraph: the 48-layer peaks derived by bench/target_shapes.py beside the seed's."""
+    d = load(r, "target_shapes.json")
+    der, seed, n = d["derived"], d["seed"], d["target_layers"]
+    off = der["off"]["peak_bytes_derived"]
+    errs = [abs(e["loo"]["error_rel"]) for e in der.values() if "loo" in e]
+    ours = ", ".join(f"{mode} {e['peak_bytes_derived'] / 2**30:.1f} GiB"
+                     + ("" if mode == "off" else f" ({e['peak_bytes_derived'] / off:.2f}×)")
+                     for mode, e in der.items())
+    theirs = ", ".join(f"{mode} {v['peak_gb']:.2f} G" + ("" if mode == "off" else
+                                                        f" ({v['peak_gb'] / seed['off']['peak_gb']:.2f}×)")
+                       for mode, v in seed.items())
+    counts = "/".join(str(x["layers"]) for x in d["runs"])
+    check = (f"; the line fitted without the largest layer count predicts it within {100 * max(errs):.1f} %"
+             if errs else "")
+    return [f"At Qwen3-30B-A3B's layer shapes with {d['experts']} experts per layer and vocabulary {d['vocab']}, "
+            f"{d['dtype']} on {d['device']}, AdamW, seq {d['seq']} (`bench/target_shapes.py`, measured on "
+            f"{counts} layers{check}), the {n}-layer peak derived per mode: {ours}; the seed's {n} layers in bf16 on "
+            f"accelerators with a parallel layout: {theirs}. docs/results.md, \"The seed's table at the target's "
+            "shapes\", says what differs."]
 
 
 def explain(r):
@@ -832,6 +857,7 @@ SECTIONS = {
     "frontier_30b": frontier_30b,
     "target_shapes": target_shapes,
     "gpu_target_shapes": lambda r: target_shapes_table(load(r, "gpu_check_target_shapes.json")),
+    "target_shapes_summary": target_shapes_summary,
     "policy_fn_overhead": policy_fn_overhead, "policy_fn_overhead_reading": policy_fn_overhead_reading,
     "frontier_30b_context_fn": lambda r: frontier_30b(r, "frontier_30b_context_fn.json"),
     "explain": explain,

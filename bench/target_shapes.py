@@ -30,6 +30,7 @@ gradients, the slope of the peak above the start), printed beside the seed's num
       nice .venv/bin/python bench/target_shapes.py --layers 1,2,4 --steps 4
     .venv/bin/python bench/target_shapes.py --dry-run          # tiny shapes, every mode, seconds
     .venv/bin/python bench/target_shapes.py --report bench/results/target_shapes.json
+    .venv/bin/python bench/target_shapes.py --plot bench/results/target_shapes.json docs/results_target_shapes.svg
 """
 import argparse
 import gc
@@ -200,7 +201,8 @@ def measure_layers(layers, a, memory, log):
         row = {"s_median": statistics.median(x["s"]), "s_all": x["s"],
                "time_vs_off_paired": statistics.median(t / o for t, o in zip(x["s"], off)),
                "peak_bytes": max(x["peak"]), "peak_above_start_bytes": max(x["above"]),
-               "peak_above_start_before_optimizer_bytes": max(x["above_fb"]),
+               "peak_above_start_before_optimizer_bytes": max(x["above_fb"]), "peak_all": x["peak"],
+               "peak_above_start_before_optimizer_all": x["above_fb"],
                "kept_bytes": max(x["kept"]), "start_bytes": statistics.median(x["start"]),
                "losses": x["loss"], "warmup_s": warm[mode]}
         if mode in modes.budgets:
@@ -266,7 +268,13 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help=f"JSON (default {os.path.relpath(DEFAULT_OUT, ROOT)}; "
                                                 "--dry-run: none unless given)")
     ap.add_argument("--report", metavar="JSON", help="print the docs/results.md section from a JSON and exit")
+    ap.add_argument("--plot", nargs=2, metavar=("JSON", "SVG"), help="only draw the plot of a results file: peak "
+                                                                   "against layers, measured and fitted, per mode")
     a = ap.parse_args(argv)
+    if a.plot:
+        with open(a.plot[0]) as f:
+            plot(json.load(f), a.plot[1])
+        return 0
     if a.report:
         import report_results
         print("\n".join(report_results.target_shapes_table(report_results.load(*os.path.split(a.report)))))
@@ -290,10 +298,8 @@ def main(argv=None):
     importlib.import_module("hpac.hf")
     importlib.import_module("transformers")
     gc.freeze()  # the imports' objects out of the collector's way: every step runs gc.collect()
-    data = run(a, layer_counts)
-    out = a.out or (None if a.dry_run else DEFAULT_OUT)
-    if out:
-        write(data, out)
+    a.out = a.out or (None if a.dry_run else DEFAULT_OUT)
+    data = run(a, layer_counts)  # writes a.out after every layer count
     import report_results
     print("\n".join(report_results.target_shapes_table(data)))
     return 0
@@ -322,6 +328,61 @@ def run(a, layer_counts, log=None):
         if getattr(a, "out", None):
             write(data, a.out)  # after every layer count: a run stopped early leaves what it measured
     return data
+
+
+COLORS = {"off": "#444444", "full": "#1f77b4", "selective": "#d62728", "budget:0.25": "#2ca02c",
+          "budget:0.5": "#98df8a", "compile:0.5": "#9467bd"}
+
+
+def plot(data, path):
+    """An SVG without a plotting library: peak memory against layer count, per mode the measured points and the
+    fitted line out to the target layer count, and the seed's three 48-layer peaks as crosses."""
+    gib, n = 2 ** 30, data["target_layers"]
+    der = data["derived"]
+    ymax = max([e["peak_bytes_derived"] / gib for e in der.values()] +
+               [v["peak_gb"] for v in data["seed"].values()]) * 1.08
+    x0, y0, w, h = 70, 30, 560, 330
+    sx = lambda layers: x0 + layers / n * w  # noqa: E731
+    sy = lambda v: y0 + h - v / ymax * h  # noqa: E731
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{x0 + w + 220}" height="{y0 + h + 60}" '
+           'font-family="sans-serif">', '<rect width="100%" height="100%" fill="white"/>',
+           f'<line x1="{x0}" y1="{y0 + h}" x2="{x0 + w}" y2="{y0 + h}" stroke="black"/>',
+           f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y0 + h}" stroke="black"/>',
+           f'<text x="{x0 + w / 2}" y="{y0 + h + 40}" text-anchor="middle" font-size="12">decoder layers</text>',
+           f'<text x="16" y="{y0 + h / 2}" font-size="12" transform="rotate(-90 16 {y0 + h / 2})" '
+           'text-anchor="middle">peak GiB</text>']
+    for i in range(6):
+        v = ymax * i / 5
+        out.append(f'<text x="{x0 - 6}" y="{sy(v) + 4:.1f}" text-anchor="end" font-size="10">{v:.0f}</text>')
+        out.append(f'<line x1="{x0}" y1="{sy(v):.1f}" x2="{x0 + w}" y2="{sy(v):.1f}" stroke="#ddd"/>')
+    for layers in sorted({r["layers"] for r in data["runs"]} | {n // 4, n // 2, 3 * n // 4, n}):
+        out.append(f'<text x="{sx(layers):.1f}" y="{y0 + h + 16}" text-anchor="middle" font-size="10">{layers}</text>')
+    ly = y0 + 10
+    for mode, e in der.items():
+        color = COLORS.get(mode, "#888888")
+        out.append(f'<line x1="{sx(0):.1f}" y1="{sy(e["a_bytes"] / gib):.1f}" x2="{sx(n):.1f}" '
+                   f'y2="{sy(e["peak_bytes_derived"] / gib):.1f}" stroke="{color}" stroke-width="1.5"/>')
+        for r in data["runs"]:
+            out.append(f'<circle cx="{sx(r["layers"]):.1f}" cy="{sy(r["rows"][mode]["peak_bytes"] / gib):.1f}" '
+                       f'r="3" fill="{color}"/>')
+        out.append(f'<rect x="{x0 + w + 20}" y="{ly - 4}" width="14" height="4" fill="{color}"/>')
+        out.append(f'<text x="{x0 + w + 40}" y="{ly + 1}" font-size="11">{mode}: '
+                   f'{e["peak_bytes_derived"] / gib:.1f} GiB at {n}</text>')
+        ly += 18
+    for mode, v in data["seed"].items():
+        c = sx(n), sy(v["peak_gb"])
+        color = COLORS.get(mode, "#888888")
+        out.append(f'<path d="M{c[0] - 5:.1f},{c[1] - 5:.1f} L{c[0] + 5:.1f},{c[1] + 5:.1f} M{c[0] - 5:.1f},'
+                   f'{c[1] + 5:.1f} L{c[0] + 5:.1f},{c[1] - 5:.1f}" stroke="{color}" stroke-width="2"/>')
+    out.append(f'<text x="{x0 + w + 20}" y="{ly + 8}" font-size="11">x: the seed\'s {n}-layer peaks '
+               '(G as quoted)</text>')
+    out.append(f'<text x="{x0 + w + 20}" y="{ly + 24}" font-size="10">(bf16, accelerators, parallel)</text>')
+    out.append(f'<text x="{x0 + w + 20}" y="{ly + 44}" font-size="10">here: {data["dtype"]}, {data["device"]},</text>')
+    out.append(f'<text x="{x0 + w + 20}" y="{ly + 58}" font-size="10">{data["experts"]} experts, vocab '
+               f'{data["vocab"]}</text>')
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
 
 
 def write(data, path):
