@@ -223,11 +223,12 @@ def policy_fn_overhead_reading(r):
         f"(hpac/torch {fn['forward']['median']:.2f}× per repetition): both run a Python dispatch mode per op, "
         f"hpac's asks the function and settles its answer in C++ (about {ours:.1f} µs per op above hpac's C++ save "
         f"list; torch's mode, {theirs:.1f} µs above a checkpoint without policy).",
-        f"- Recompute: hpac replays the answers in C++ ({p['hpac_fn']['recompute_extra_over_full_us_per_op']:+.2f} µs "
-        f"per op over a full checkpoint's recompute, as its C++ list "
-        f"{p['hpac_list']['recompute_extra_over_full_us_per_op']:+.2f} and built-in rules "
-        f"{p['hpac_selective']['recompute_extra_over_full_us_per_op']:+.2f}); torch's cached mode is Python per op "
-        f"({p['torch_sac_fn']['recompute_extra_over_full_us_per_op']:+.2f}): hpac/torch "
+        f"- Recompute: hpac replays the answers in C++ without asking the function, but under a pass-through Python "
+        f"mode that keeps torch's composite ops decomposing as in the forward (Note [One mode state in both phases]): "
+        f"{p['hpac_fn']['recompute_extra_over_full_us_per_op']:+.2f} µs per op over a full checkpoint's recompute, "
+        f"where its C++ list costs {p['hpac_list']['recompute_extra_over_full_us_per_op']:+.2f} and its built-in "
+        f"rules {p['hpac_selective']['recompute_extra_over_full_us_per_op']:+.2f}; torch's cached mode, Python per op "
+        f"too: {p['torch_sac_fn']['recompute_extra_over_full_us_per_op']:+.2f}. hpac/torch "
         f"{fn['recompute']['median']:.2f}×, backward as a whole {fn['backward']['median']:.2f}×.",
         f"- A list of ops: hpac runs it in C++ in both phases, torch's SAC turns it into a Python policy: hpac/torch "
         f"{lst['forward']['median']:.2f}× forward, {lst['recompute']['median']:.2f}× recompute.",
