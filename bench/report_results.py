@@ -612,45 +612,54 @@ def target_shapes_table(d):
                        f"{x['time_vs_off_paired']:.2f}x |")
     der, n = d["derived"], d["target_layers"]
     counts = ", ".join(str(r["layers"]) for r in d["runs"])
+    last = d["runs"][-1]
     out += ["", f"**{n} layers, derived** from the {counts}-layer runs: peak(L) = a + b·L per mode (least squares); "
-            "b = at rest (weights + AdamW state per layer, the slope of the step's starting bytes) + at the peak "
-            "(the slope of the peak above the start: activations and gradients); the check leaves the largest "
-            "layer count out, fits the others and predicts it. The seed's column: the reference design's "
-            f"Qwen3-30B-A3B at seq 1024, {n} layers, bf16 on accelerators with a parallel layout.", "",
-            "| mode | a | b per layer (at rest + at the peak) | kept per layer | derived peak | vs off | derived step "
-            "time | vs off | check: predicted / measured | error | the seed's peak / step | vs off |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    doff = der["off"]
+            "b = at rest (weights + AdamW state per layer: the slope of the step's starting bytes) + above the start "
+            "(the slope of the peak above the start: what a layer adds at the peak); the check leaves the largest "
+            "layer count out, fits the others and predicts it. Step time is not extrapolated (this machine's times "
+            f"swing too much for a slope): its column is the paired ratio to off at {last['layers']} layers. The "
+            f"seed's columns: the reference design's Qwen3-30B-A3B at seq 1024, {n} layers, bf16 on accelerators "
+            "with a parallel layout.", "",
+            f"| mode | a | b per layer (at rest + above the start) | kept per layer | derived peak | vs off | check: "
+            f"predicted / measured | error | step time vs off ({last['layers']} layers, paired) | the seed's peak / "
+            "step | peak vs off | time vs off |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    doff, soff = der["off"], d["seed"]["off"]
     for mode, e in der.items():
         loo = e.get("loo")
-        check = (f"{loo['predicted_bytes'] / gib:.2f} / {loo['measured_bytes'] / gib:.2f} GiB ({loo['layers']} "
-                 f"layers) | {100 * loo['error_rel']:+.1f} %") if loo else "- | -"
+        check = (f"{loo['predicted_bytes'] / gib:.3f} / {loo['measured_bytes'] / gib:.3f} GiB ({loo['layers']} "
+                 f"layers) | {100 * loo['error_rel']:+.2f} %") if loo else "- | -"
         seed = d["seed"].get(mode)
-        seed_col = (f"{seed['peak_gb']:.2f} G / {seed['step_s']:.2f} s | {seed['peak_gb'] / d['seed']['off']['peak_gb']:.2f}x"
-                    if seed else "- | -")
+        seed_col = (f"{seed['peak_gb']:.2f} G / {seed['step_s']:.2f} s | {seed['peak_gb'] / soff['peak_gb']:.2f}x | "
+                    f"{seed['step_s'] / soff['step_s']:.2f}x" if seed else "- | - | -")
         out.append(f"| {mode} | {e['a_bytes'] / gib:.2f} GiB | {e['b_bytes_per_layer'] / gib:.3f} GiB "
                    f"({e['b_at_rest_bytes_per_layer'] / gib:.3f} + {e['b_above_start_bytes_per_layer'] / gib:.3f}) | "
                    f"{e['b_kept_bytes_per_layer'] / 2**20:.0f} MiB | {e['peak_bytes_derived'] / gib:.1f} GiB | "
-                   f"{e['peak_bytes_derived'] / doff['peak_bytes_derived']:.2f}x | {e['s_derived']:.0f} s | "
-                   f"{e['s_derived'] / doff['s_derived']:.2f}x | {check} | {seed_col} |")
+                   f"{e['peak_bytes_derived'] / doff['peak_bytes_derived']:.2f}x | {check} | "
+                   f"{last['rows'][mode]['time_vs_off_paired']:.2f}x | {seed_col} |")
     errs = [abs(e["loo"]["error_rel"]) for e in der.values() if "loo" in e]
     rest = der["off"]["b_at_rest_bytes_per_layer"]
-    acts = {mode: e["b_above_start_bytes_per_layer"] for mode, e in der.items()}
+    above = {mode: e["b_above_start_bytes_per_layer"] for mode, e in der.items()}
+    width = 4 if d["dtype"] == "float32" else 2
+    grads_128 = rest / 3 + (128 - d["experts"]) * 3 * m["hidden_size"] * m["moe_intermediate_size"] * width
+    others = sorted({round(v / gib, 3) for mode, v in above.items() if mode != "off"})
     out += ["", "What differs from the seed's run, and what the derived column means:",
-            f"- **Model**: {d['experts']} experts per layer instead of 128 and vocabulary {d['vocab']} instead of "
-            f"151936. At rest a layer holds {rest / gib:.3f} GiB here (weights and AdamW state, {d['dtype']}); at 128 "
-            "experts it would hold about 16 times the expert share of that. What a layer adds at the peak does not "
-            "depend on the expert count: off "
-            f"{acts['off'] / gib:.3f} GiB, " + ", ".join(f"{mode} {v / gib:.3f} GiB" for mode, v in acts.items()
-                                                         if mode != "off") + " per layer.",
-            f"- **Device and dtype**: {d['dtype']} on {where} against bf16 on accelerators: every byte of activations "
-            "and state here is twice a bf16 byte when float32, and the step time is this machine's, not comparable "
-            "to the seed's seconds (only the ratios to off are).",
-            "- **Parallel layout**: one process holds the whole model; the seed's run split it over accelerators "
-            "(its per-device peak carries a share of the weights and state, so the at-rest term here has no "
-            "counterpart there, while the per-layer activation term does for each device's layers and tokens).",
-            f"- **The fit**: a line per mode; the leave-largest-out check is off by at most {100 * max(errs):.1f} % "
-            "over the modes." if errs else "- **The fit**: fewer than three layer counts, no check."]
+            f"- **Model**: {d['experts']} experts per layer instead of 128, vocabulary {d['vocab']} instead of 151936. "
+            f"At rest a layer holds {rest / gib:.3f} GiB here (weights and AdamW's two moments, {d['dtype']}). Above "
+            f"the start a layer adds {above['off'] / gib:.3f} GiB under off (its activations, as backward starts) and "
+            + " to ".join(f"{v:.3f}" for v in others) + " GiB under the other modes (its weights' gradients, at the "
+            "end of backward): those grow with the expert count, the activations do not. At 128 experts a layer's "
+            f"gradients would take about {grads_128 / gib:.2f} GiB here, more than off's activations, so in one "
+            "process no mode would move the peak.",
+            f"- **Parallel layout**: one process holds the whole model and every byte of its state; the seed's run "
+            "split it over accelerators, sharding weights, gradients and AdamW state (not the activations of each "
+            "device's tokens), which is how activations come to set its per-device peak.",
+            f"- **Device and dtype**: {d['dtype']} on {where} against bf16 on accelerators: every byte here is twice a "
+            "bf16 byte when float32, and the step times are this shared machine's (its load moved them by up to a "
+            "factor of several between rounds), not comparable to the seed's seconds; only ratios to off are, and "
+            "those loosely.",
+            f"- **The fit**: a line per mode; the leave-largest-out check is off by at most {100 * max(errs):.2f} % "
+            "over the modes: the per-layer terms are constant from the first layer on." if errs else
+            "- **The fit**: fewer than three layer counts, no check."]
     return out
 
 
