@@ -339,8 +339,9 @@ def plot(data, path):
     fitted line out to the target layer count, and the seed's three 48-layer peaks as crosses."""
     gib, n = 2 ** 30, data["target_layers"]
     der = data["derived"]
-    ymax = max([e["peak_bytes_derived"] / gib for e in der.values()] +
-               [v["peak_gb"] for v in data["seed"].values()]) * 1.08
+    top = max([e["peak_bytes_derived"] / gib for e in der.values()] + [v["peak_gb"] for v in data["seed"].values()])
+    step = next(k * 10 ** e for e in range(-3, 4) for k in (1, 2, 5) if k * 10 ** e * 5 >= top)  # five ticks
+    ymax = step * 5
     x0, y0, w, h = 70, 30, 560, 330
     sx = lambda layers: x0 + layers / n * w  # noqa: E731
     sy = lambda v: y0 + h - v / ymax * h  # noqa: E731
@@ -352,8 +353,8 @@ def plot(data, path):
            f'<text x="16" y="{y0 + h / 2}" font-size="12" transform="rotate(-90 16 {y0 + h / 2})" '
            'text-anchor="middle">peak GiB</text>']
     for i in range(6):
-        v = ymax * i / 5
-        out.append(f'<text x="{x0 - 6}" y="{sy(v) + 4:.1f}" text-anchor="end" font-size="10">{v:.0f}</text>')
+        v = step * i
+        out.append(f'<text x="{x0 - 6}" y="{sy(v) + 4:.1f}" text-anchor="end" font-size="10">{v:g}</text>')
         out.append(f'<line x1="{x0}" y1="{sy(v):.1f}" x2="{x0 + w}" y2="{sy(v):.1f}" stroke="#ddd"/>')
     for layers in sorted({r["layers"] for r in data["runs"]} | {n // 4, n // 2, 3 * n // 4, n}):
         out.append(f'<text x="{sx(layers):.1f}" y="{y0 + h + 16}" text-anchor="middle" font-size="10">{layers}</text>')
