@@ -18,7 +18,6 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/gpu-level1}
 python=${HPAC_GPU_PYTHON:-python3}
-debs=${HPAC_DEB_DIR:-$root/.debs}
 mkdir -p "$out"
 say() { echo "[hpac gpu-level1] $*"; }
 
@@ -34,24 +33,8 @@ fi
 gpus=$("$python" -c 'import torch; print(torch.cuda.device_count())')
 say "$("$python" -c 'import torch, transformers; print(f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.cuda.get_device_name(0)}")') x $gpus"
 
-prefix=$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
-if ls "$debs"/*.deb >/dev/null 2>&1; then
-  for f in "$debs"/*.deb; do dpkg-deb -x "$f" /tmp/hpac-debs; done
-  prefix="$prefix;/tmp/hpac-debs/usr"
-  export LD_LIBRARY_PATH=/tmp/hpac-debs/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  say "abseil and yaml-cpp from $(ls "$debs"/*.deb | wc -l) Debian packages in $debs"
-fi
-build=$root/build-gpu
-start=$(date +%s)
-if ! { cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
-         -DHPAC_TORCH_PYTHON="$python" -DHPAC_PYTHON="$python" -DHPAC_WITH_TESTS=OFF -DHPAC_WITH_BENCH=OFF &&
-       cmake --build "$build" -j "$(nproc)" --target hpac hpac_config; } >"$out/build.log" 2>&1; then
-  tail -20 "$out/build.log"
-  say "build failed (whole log: $out/build.log); the config library needs abseil and yaml-cpp (see the head of $0)"
-  exit 1
-fi
-say "built in $(( $(date +%s) - start )) s"
-export HPAC_LIBRARY=$build/plugin/libhpac.so HPAC_CONFIG_LIBRARY=$build/tools/trainer/libhpac_config.so
+. "$root/tools/gpu_build.sh"
+hpac_gpu_build
 export PYTHONPATH=$root/plugin/python OMP_NUM_THREADS=4 PYTHONUNBUFFERED=1
 
 passed=() failed=()
