@@ -102,7 +102,7 @@ class _Region:
     def _report_saved(self, handle) -> Callable[[], None]:
         """While a budget profile's forward, or one that may skip ops, runs: every tensor autograd saves is
         reported to hpac (Note [What off keeps], policy/budget_plan.h; Note [Skips are verified],
-        replay/invocation.cpp), then handed to the checkpoint's own pack hook. Returns the function that stops
+        replay/dead_ops.cpp), then handed to the checkpoint's own pack hook. Returns the function that stops
         reporting. Where torch can say which hooks are on top (>= 2.0: torch.utils.checkpoint's, or
         hpac.checkpoint's frame), they are wrapped; on 1.13 the frame reports through `note_saved`."""
         if _TOP_HOOKS is None:
