@@ -1,6 +1,6 @@
 // hpac/policy/selective_policy.h
 //
-// The built-in selective policy (reference design, section 6.3), checked in
+// The built-in selective policy (the reference design's section 6.3: docs/design.md), checked in
 // this order for every op, per invocation and per phase:
 //   1. aten::topk                  -> MUST_RECOMPUTE
 //   2. matmul family               -> 1st, 3rd, 5th... call MUST_SAVE,

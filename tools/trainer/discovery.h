@@ -1,6 +1,6 @@
 // hpac/tools/trainer/discovery.h
 //
-// Layer-container discovery (reference design 6.1) on a libtorch module tree:
+// Layer-container discovery (the reference design's 6.1: docs/design.md) on a libtorch module tree:
 // the C++ front end of findLayers (layer_finder.h, which holds the rules): the
 // tree's facts in, the found containers mapped back to their modules.
 #pragma once

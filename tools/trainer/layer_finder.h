@@ -1,6 +1,6 @@
 // hpac/tools/trainer/layer_finder.h
 //
-// Layer-container discovery (reference design 6.1) as one pure function over a
+// Layer-container discovery (the reference design's 6.1: docs/design.md) as one pure function over a
 // module tree's facts: both front ends (discovery.cpp over libtorch modules,
 // hpac.hf.discover over Python modules, through torch.ops.hpac_config.find_layers)
 // flatten their tree into a ModuleTree, call findLayers, and map the paths it

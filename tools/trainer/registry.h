@@ -28,7 +28,7 @@ struct RegistryEntry {
   std::vector<std::string> vision;    // may be empty
 };
 
-// The per-layer submodule names `full` checkpoints (reference design 6.2).
+// The per-layer submodule names `full` checkpoints (the reference design's 6.2: docs/design.md).
 struct AliasLists {
   std::vector<std::string> mlp, attention, norm1, norm2, mtp;
 };

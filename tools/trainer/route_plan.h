@@ -1,7 +1,7 @@
 // hpac/tools/trainer/route_plan.h
 //
-// The route planner: every decision of model preparation (reference design
-// 6.2-6.4) as one pure function, facts in, plan out. Both front ends call it:
+// The route planner: every decision of model preparation (the reference
+// design's 6.2-6.4: docs/design.md) as one pure function, facts in, plan out. Both front ends call it:
 // the C++ trainer (routing.cpp, over its zoo models) and hpac.hf (Python, over
 // transformers models, through torch.ops.hpac_config.plan_routes). A front end
 // only gathers facts (discovery, which layers are trainable or have a native

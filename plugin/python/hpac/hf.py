@@ -112,7 +112,8 @@ def load_registry(path: Optional[Union[str, os.PathLike]] = None) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Discovery (reference design 6.1): the tree's facts gathered here, the rules in tools/trainer/layer_finder.cpp
+# Discovery (the reference design's 6.1, docs/design.md): the tree's facts gathered here, the rules in
+# tools/trainer/layer_finder.cpp
 
 class LayerRef:
     __slots__ = ("path", "index", "module")
@@ -203,7 +204,8 @@ def discover(model: torch.nn.Module, registry: Optional[dict] = None) -> "Discov
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Routing (reference design 6.2-6.4): facts gathered here, the plan made by tools/trainer/route_plan.cpp
+# Routing (the reference design's 6.2-6.4, docs/design.md): facts gathered here, the plan made by
+# tools/trainer/route_plan.cpp
 
 class PreparedLayer:
     def __init__(self, ref, role, mode, record_ops=False, rules=None):
