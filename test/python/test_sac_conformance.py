@@ -550,3 +550,37 @@ def test_respect_saved_tensors_hooks_means_what_it_means_for_torch(respect):
         assert_same([x.grad, w.grad], ref_grads)
         packed[impl] = count[0]
     assert packed["hpac"] == packed["torch"]
+
+
+def test_hpac_checkpoint_and_wrapper_take_a_policy_function():
+    """hpac's own frame (hpac.checkpoint) and checkpoint_wrapper take the same policy functions: the stateful
+    "every mm but the 2nd" policy recomputes one mm of three, gradients exact."""
+    for how in ("checkpoint", "wrapper"):
+        seen = {"mm": 0}
+
+        def policy(ctx, op, *args, **kwargs):
+            if op != aten.mm.default:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+            seen["mm"] += 1
+            return CheckpointPolicy.MUST_RECOMPUTE if seen["mm"] == 2 else CheckpointPolicy.MUST_SAVE
+
+        class Chain(torch.nn.Module):
+            def forward(self, x, w):
+                return chain(x, w)
+
+        x, w = inputs()
+        out = chain(x, w)
+        plain = OpCounter()
+        with plain:
+            out.sum().backward()
+        ref = [x.grad.clone(), w.grad.clone()]
+        x.grad = w.grad = None
+        if how == "checkpoint":
+            out = hpac.checkpoint(chain, x, w, policy=policy)
+        else:
+            out = hpac.checkpoint_wrapper(Chain(), mode=policy)(x, w)
+        counter = OpCounter()
+        with counter:
+            out.sum().backward()
+        assert_same([x.grad, w.grad], ref)
+        assert counter.counts.get("mm", 0) - plain.counts.get("mm", 0) == 1, how

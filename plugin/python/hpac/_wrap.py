@@ -55,15 +55,17 @@ def checkpoint_wrapper(module: torch.nn.Module, mode: Any = "full", *, routing: 
 
     Args:
         module: the module; it, its children and its state_dict keys stay exactly as they were.
-        mode: 'full', 'selective' or a Budget from hpac.budget(...), which then serves this module's calls.
+        mode: 'full', 'selective', a Budget from hpac.budget(...), which then serves this module's calls, or a
+            policy function policy_fn(ctx, op, *args, **kwargs) as torch's SAC takes it (docs/python.md, "From
+            PyTorch's SAC").
         routing, state_writes, respect_saved_tensors_hooks: as hpac.checkpoint's.
 
     Returns:
         module. unwrap_checkpoint(module) undoes it.
     """
-    if not isinstance(mode, Budget) and mode not in ("full", "selective"):
+    if not isinstance(mode, Budget) and not callable(mode) and mode not in ("full", "selective"):
         raise ValueError(f"hpac: checkpoint_wrapper mode {mode!r} is not allowed; allowed: 'full', 'selective', "
-                         "hpac.budget(...)")
+                         "hpac.budget(...), a policy function")
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"hpac: checkpoint_wrapper expects a torch.nn.Module, got {type(module).__name__}")
     rules = (("routing", routing), ("state_writes", state_writes),
