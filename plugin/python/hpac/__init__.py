@@ -27,8 +27,8 @@ from ._frame import checkpoint, checkpoint_with
 from ._loader import (_major_minor, _ops_present, built_for_torch, dispatch_key, fallback_status, global_stats, load,
                       memory_stats, reset_global_stats, reset_peak_memory, track_memory, version)
 from . import _policy_fn as _policy_fn_module
-from ._policy_fn import SelectiveCheckpointContext, create_selective_checkpoint_contexts
-from ._regions import Invocation, context_fn
+from ._policy_fn import SelectiveCheckpointContext
+from ._regions import Invocation, context_fn, create_selective_checkpoint_contexts
 from ._wrap import checkpoint_wrapper, unwrap_checkpoint
 
 __all__ = [

@@ -13,6 +13,10 @@ from typing import Deque
 
 import torch
 
+from ._budget import Budget
+from ._field_policies import policy_kind
+from ._policy_fn import checked_policy_fn
+
 # The TracedPolicy handles of the regions traced last (newest at the end), for tests and tools that show what the
 # policy saw under compile. Bounded: a long training job traces each layer shape once, but keeps nothing here.
 TRACED: Deque = collections.deque(maxlen=64)
@@ -54,8 +58,6 @@ def traced_contexts(policy, allow_cache_entry_mutation: bool, routing: str = "ve
     [Routing is verified])."""
     from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-    from ._budget import Budget
-    from ._regions import _policy_kind
 
     if isinstance(policy, Budget):
         raise RuntimeError(
@@ -63,9 +65,8 @@ def traced_contexts(policy, allow_cache_entry_mutation: bool, routing: str = "ve
             "from an eager profile of the region, which compiled code never runs. Under torch.compile use its own "
             "budget: torch._functorch.config.activation_memory_budget = 0.5 with the region checkpointed by "
             "torch.utils.checkpoint (no context_fn); or run the budgeted region eagerly")
-    kind, names = _policy_kind(policy)
+    kind, names = policy_kind(policy)
     if kind == "policy_fn":  # the user's own function decides each traced op, as with torch's SAC
-        from ._policy_fn import checked_policy_fn
         return create_selective_checkpoint_contexts(checked_policy_fn(policy), allow_cache_entry_mutation)
     traced = torch.classes.hpac.TracedPolicy(kind, names, routing == "save")
     TRACED.append(traced)

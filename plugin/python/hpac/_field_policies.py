@@ -78,3 +78,17 @@ def torchtitan_mm_shapes(module: torch.nn.Module, fqns: Iterable[str] = ("moe.ro
 
 
 __all__ = ["PolicySpec", "torchtitan_mm_shapes"]
+
+
+def policy_kind(policy) -> Tuple[str, List[str]]:
+    """(kind, parameters) of a policy that is not a Budget: a kind name, None (full), a PolicySpec, a policy function
+    (kind policy_fn) or a save list (op names, OpOverloads, OpOverloadPackets)."""
+    if policy is None:
+        return "full", []
+    if isinstance(policy, str):
+        return policy, []
+    if isinstance(policy, PolicySpec):
+        return policy.kind, list(policy.params)
+    if callable(policy):
+        return "policy_fn", []
+    return "save_list", _policy_fn.save_list_names(list(policy))

@@ -1,4 +1,5 @@
-"""Bring your own policy: PyTorch's selective-checkpoint API on hpac.
+"""Bring your own policy: PyTorch's selective-checkpoint API on hpac (the modes and checks behind it; the entry point,
+which makes an Invocation, is in _regions.py).
 
 `create_selective_checkpoint_contexts(policy_fn_or_list, allow_cache_entry_mutation=False)` takes what
 torch.utils.checkpoint's function of that name takes, and returns hpac's two regions instead of PyTorch's two
@@ -10,8 +11,9 @@ dispatch modes:
 A list of ops becomes hpac's C++ save list (no Python per op). A policy function is asked once per op in the forward,
 after the op ran, with a SelectiveCheckpointContext carrying the op's output, as torch >= 2.13 asks it; hpac records
 each answer per (op, occurrence) in C++ and the recompute replays it without asking the function again (Note [Decided
-after the op], policy/checkpoint_policy.h; it runs under _ServedOpsMode: Note [One mode state in both phases]). Under torch.compile the same call returns PyTorch's modes asking the same function
-(lists: hpac's traced save list), so MUST_RECOMPUTE reaches the graph's tags.
+after the op], policy/checkpoint_policy.h; it runs under a pass-through mode: Note [One mode state in both phases]).
+Under torch.compile the same call returns PyTorch's modes asking the same function (lists: hpac's traced save list),
+so MUST_RECOMPUTE reaches the graph's tags.
 
 Note [Outer dispatch modes see what ran]
 hpac's dispatch key sits below the Python key, so a TorchDispatchMode entered around backward (FlopCounterMode,
@@ -239,37 +241,3 @@ def checked_policy_fn(policy_fn: Callable) -> Callable:
 
 
 PolicyFnOrList = Union[Callable, List, tuple]
-
-
-def create_selective_checkpoint_contexts(policy_fn_or_list: PolicyFnOrList, allow_cache_entry_mutation: bool = False):
-    """torch.utils.checkpoint.create_selective_checkpoint_contexts, run by hpac.
-
-    Args:
-        policy_fn_or_list: a function `policy_fn(ctx, op, *args, **kwargs)` returning a
-            torch.utils.checkpoint.CheckpointPolicy or a bool, asked once per op in the forward after the op ran;
-            or a list of ops to save (OpOverloads, OpOverloadPackets, higher-order operators, or hpac's op names),
-            every other op PREFER_RECOMPUTE.
-        allow_cache_entry_mutation: as torch's; without it hpac copies a kept output on the first in-place write
-            inside the region and raises for writes after it (docs/python.md, "From PyTorch's SAC").
-
-    Returns:
-        (forward context, recompute context) for torch.utils.checkpoint.checkpoint's context_fn; under torch.compile,
-        PyTorch's selective checkpoint modes asking the same policy.
-    """
-    from . import _compile
-    from ._regions import Invocation
-
-    if isinstance(policy_fn_or_list, (list, tuple)):
-        policy: Any = save_list_names(policy_fn_or_list)
-        if _compile.tracing():
-            return _compile.traced_contexts(policy, allow_cache_entry_mutation)
-    elif callable(policy_fn_or_list):
-        policy = policy_fn_or_list
-        if _compile.tracing():
-            return torch.utils.checkpoint.create_selective_checkpoint_contexts(
-                checked_policy_fn(policy), allow_cache_entry_mutation)
-    else:
-        raise TypeError(f"hpac: policy_fn_or_list must be a function or a list of ops, got "
-                        f"{type(policy_fn_or_list).__name__}")
-    invocation = Invocation(policy, allow_cache_entry_mutation)
-    return invocation.region("forward"), invocation.region("recompute")

@@ -5,33 +5,20 @@ import functools
 import inspect
 import itertools
 import weakref
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.utils.checkpoint
 
 from . import _compile, _policy_fn
 from ._budget import Budget
-from ._field_policies import PolicySpec
+from ._field_policies import PolicySpec, policy_kind
 
 # A policy as hpac's Python API takes it: a kind name ("selective", "full", "save_all", "torchtitan"; parsed in C++,
 # policy/policy_kind.h), a PolicySpec (a kind with parameters), None (= "full"), a save list (op names, OpOverloads,
 # OpOverloadPackets), a Budget, or a policy function policy_fn(ctx, op, *args, **kwargs) as torch's selective
 # checkpointing takes it (_policy_fn.py).
 PolicyLike = Union[str, PolicySpec, None, Sequence, Budget, Callable]
-
-
-def _policy_kind(policy: PolicyLike) -> Tuple[str, List[str]]:
-    """(kind, parameters) of a policy that is not a Budget."""
-    if policy is None:
-        return "full", []
-    if isinstance(policy, str):
-        return policy, []
-    if isinstance(policy, PolicySpec):
-        return policy.kind, list(policy.params)
-    if callable(policy):
-        return "policy_fn", []
-    return "save_list", _policy_fn.save_list_names(list(policy))
 
 
 def _cache_entry_mutation(allow_cache_entry_mutation: bool, allow_cache_mutation: Optional[bool]) -> bool:
@@ -199,7 +186,7 @@ class Invocation:
         if isinstance(policy, Budget):
             self._handle = policy._invocation(allow, *rules)
         else:
-            kind, names = _policy_kind(policy)
+            kind, names = policy_kind(policy)
             self._handle = torch.classes.hpac.Invocation(kind, names, allow, *rules)
         if record_ops:
             self._handle.record_ops(True)
@@ -245,7 +232,7 @@ _HOOKS: Dict[int, Callable] = {}  # on_invocation hooks by number, while the con
 def _policy_key(policy: PolicyLike):
     if isinstance(policy, Budget):
         return ("budget", policy._number)
-    kind, names = _policy_kind(policy)
+    kind, names = policy_kind(policy)
     if kind == "policy_fn":
         return ("policy_fn", policy)  # a function is a constant Dynamo can guard on, as in torch's own partial
     if kind == "save_list":
@@ -308,7 +295,7 @@ def context_fn(policy: PolicyLike = "selective", allow_cache_entry_mutation: boo
     key = _policy_key(policy)
     rules = (str(routing), str(state_writes), bool(respect_saved_tensors_hooks))
     if not _compile.dynamo_tracing():
-        kind, names = _policy_kind(policy) if not isinstance(policy, Budget) else ("full", [])
+        kind, names = policy_kind(policy) if not isinstance(policy, Budget) else ("full", [])
         torch.classes.hpac.Invocation(kind, names, False, *rules)  # validate now (in C++), not inside backward
     number = None
     if on_invocation is not None and not _compile.dynamo_tracing():  # compiled code runs no eager invocation
@@ -320,3 +307,35 @@ def context_fn(policy: PolicyLike = "selective", allow_cache_entry_mutation: boo
     if isinstance(policy, Budget):
         made.budget = policy  # the partial holds its number; this keeps the region alive as long as the partial
     return made
+
+
+def create_selective_checkpoint_contexts(policy_fn_or_list: _policy_fn.PolicyFnOrList,
+                                         allow_cache_entry_mutation: bool = False):
+    """torch.utils.checkpoint.create_selective_checkpoint_contexts, run by hpac.
+
+    Args:
+        policy_fn_or_list: a function `policy_fn(ctx, op, *args, **kwargs)` returning a
+            torch.utils.checkpoint.CheckpointPolicy or a bool, asked once per op in the forward after the op ran;
+            or a list of ops to save (OpOverloads, OpOverloadPackets, higher-order operators, or hpac's op names),
+            every other op PREFER_RECOMPUTE.
+        allow_cache_entry_mutation: as torch's; without it hpac copies a kept output on the first in-place write
+            inside the region and raises for writes after it (docs/python.md, "From PyTorch's SAC").
+
+    Returns:
+        (forward context, recompute context) for torch.utils.checkpoint.checkpoint's context_fn; under torch.compile,
+        PyTorch's selective checkpoint modes asking the same policy.
+    """
+    if isinstance(policy_fn_or_list, (list, tuple)):
+        policy: Any = _policy_fn.save_list_names(policy_fn_or_list)
+        if _compile.tracing():
+            return _compile.traced_contexts(policy, allow_cache_entry_mutation)
+    elif callable(policy_fn_or_list):
+        policy = policy_fn_or_list
+        if _compile.tracing():
+            return torch.utils.checkpoint.create_selective_checkpoint_contexts(
+                _policy_fn.checked_policy_fn(policy), allow_cache_entry_mutation)
+    else:
+        raise TypeError(f"hpac: policy_fn_or_list must be a function or a list of ops, got "
+                        f"{type(policy_fn_or_list).__name__}")
+    invocation = Invocation(policy, allow_cache_entry_mutation)
+    return invocation.region("forward"), invocation.region("recompute")
