@@ -110,11 +110,11 @@ int hpac_invocation_runs_in_recompute(const void* invocation, const void* op) {
   return static_cast<const hpac::Invocation*>(invocation)->runsInRecompute(handle) ? 1 : 0;
 }
 
-}  // extern "C"
-
-extern "C" int hpac_exclude_key(int excluded) {
+int hpac_exclude_key(int excluded) {
   const c10::DispatchKey key = hpac::dispatchKey();
   const bool previous = c10::impl::tls_is_dispatch_key_excluded(key);
   c10::impl::tls_set_dispatch_key_excluded(key, excluded != 0);
   return previous ? 1 : 0;
 }
+
+}  // extern "C"

@@ -423,16 +423,21 @@ void Invocation::copyOnWrite(const c10::FunctionSchema& schema, const torch::jit
       if (!t.defined() || !t.has_storage()) return;
       const auto hit = cached_storage_.find(t.storage().unsafeGetStorageImpl());
       if (hit == cached_storage_.end()) return;
-      Entry& entry = storage_.at(hit->second);
-      c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
-      for (c10::IValue& out : entry.outputs) {
-        out = mapTensors(out, [](const at::Tensor& cached) { return cached.defined() ? cached.clone() : cached; });
-      }
-      for (const c10::StorageImpl* s : entry.storages) cached_storage_.erase(s);
-      entry.storages.clear();
-      entry.versions.clear();  // private copies: nothing else can write to them
+      makePrivate(storage_.at(hit->second));
     });
   }
+}
+
+// The entry's outputs become clones of the aliases it held: nothing outside the region can write to them, so their
+// storages and version counters are no longer watched (Note [Copy on write]; settleLast() under cache mutation).
+void Invocation::makePrivate(Entry& entry) {
+  c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
+  for (c10::IValue& out : entry.outputs) {
+    out = mapTensors(out, [](const at::Tensor& cached) { return cached.defined() ? cached.clone() : cached; });
+  }
+  for (const c10::StorageImpl* s : entry.storages) cached_storage_.erase(s);
+  entry.storages.clear();
+  entry.versions.clear();
 }
 
 // Forward, SAVE. Arguments the op writes (in-place and out= ops, collectives)
@@ -510,16 +515,8 @@ bool Invocation::settleLast(const c10::OperatorHandle& op, CheckpointPolicy answ
     }
     return true;
   }
-  if (options_.allow_cache_mutation) {  // the provisional aliases become the clones keep() makes otherwise
-    Entry& entry = storage_.at(key);
-    c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
-    for (c10::IValue& out : entry.outputs) {
-      out = mapTensors(out, [](const at::Tensor& t) { return t.defined() ? t.clone() : t; });
-    }
-    for (const c10::StorageImpl* s : entry.storages) cached_storage_.erase(s);
-    entry.storages.clear();
-    entry.versions.clear();
-  }
+  // The provisional aliases become the clones keep() makes otherwise.
+  if (options_.allow_cache_mutation) makePrivate(storage_.at(key));
   return true;
 }
 

@@ -308,6 +308,7 @@ class Invocation {
   void release(Entry& entry);
   void watchUnsafeAliases(const torch::jit::Stack& stack, size_t num_returns);
   void copyOnWrite(const c10::FunctionSchema& schema, const torch::jit::Stack& stack);
+  void makePrivate(Entry& entry);
 
   std::unordered_map<Key, Entry, KeyHash> storage_;
   DeadOps dead_ops_;  // Note [Dead ops are skipped]

@@ -124,10 +124,9 @@ def answer_code(answer, func, occurrence: int, invocation: int) -> int:
     raise TypeError(f"hpac: policy_fn returned {answer!r} ({type(answer).__name__}) for {where}; allowed: {_ALLOWED}")
 
 
-def _ignored_by_torch():
-    """The ops torch's SAC never asks its policy about (SAC_IGNORED_OPS), so stateful policies count as there."""
-    return frozenset(getattr(torch.utils.checkpoint, "SAC_IGNORED_OPS", ())) or frozenset(
-        [torch.ops.aten.detach.default, torch.ops.prim.device.default])
+# The ops torch's SAC never asks its policy about (SAC_IGNORED_OPS), so stateful policies count as there.
+_TORCH_IGNORED = frozenset(getattr(torch.utils.checkpoint, "SAC_IGNORED_OPS", ())) or frozenset(
+    [torch.ops.aten.detach.default, torch.ops.prim.device.default])
 
 
 class _PolicyFnMode(_TorchDispatchMode):
@@ -140,13 +139,12 @@ class _PolicyFnMode(_TorchDispatchMode):
         self._invocation_id = invocation.id  # read once: a custom-class call costs microseconds
         self._address = invocation._handle.address()
         self._lib = _library()
-        self._ignored = _ignored_by_torch()
         self._calls: Dict[Any, int] = defaultdict(int)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = {} if kwargs is None else kwargs
         out = func(*args, **kwargs)
-        if func in self._ignored:
+        if func in _TORCH_IGNORED:
             return out
         occurrence = self._calls[func]
         self._calls[func] = occurrence + 1
