@@ -109,6 +109,20 @@ def recomputed_mm(counts):
     return counts.get("mm", 0)
 
 
+def every_mm_but_the_second():
+    """A stateful policy: every mm saved but the 2nd (MUST_RECOMPUTE), everything else PREFER_RECOMPUTE; returns
+    (policy, seen), seen["mm"] the mms it was asked about."""
+    seen = {"mm": 0}
+
+    def policy(ctx, op, *args, **kwargs):
+        if op != aten.mm.default:
+            return CheckpointPolicy.PREFER_RECOMPUTE
+        seen["mm"] += 1
+        return CheckpointPolicy.MUST_RECOMPUTE if seen["mm"] == 2 else CheckpointPolicy.MUST_SAVE
+
+    return policy, seen
+
+
 # ---- bad input -------------------------------------------------------------------------------------------------
 
 
@@ -202,14 +216,7 @@ def test_recompute_answers_alike_in_eager(impl, answer):
 
 @impls
 def test_stateful_policy_every_mm_but_the_second(impl):
-    seen = {"mm": 0}
-
-    def policy(ctx, op, *args, **kwargs):
-        if op != aten.mm.default:
-            return CheckpointPolicy.PREFER_RECOMPUTE
-        seen["mm"] += 1
-        return CheckpointPolicy.MUST_RECOMPUTE if seen["mm"] == 2 else CheckpointPolicy.MUST_SAVE
-
+    policy, seen = every_mm_but_the_second()
     counts = run(impl, policy, count=True)
     assert recomputed_mm(counts) == 1
     assert seen["mm"] == 3  # asked in the forward only
@@ -556,13 +563,7 @@ def test_hpac_checkpoint_and_wrapper_take_a_policy_function():
     """hpac's own frame (hpac.checkpoint) and checkpoint_wrapper take the same policy functions: the stateful
     "every mm but the 2nd" policy recomputes one mm of three, gradients exact."""
     for how in ("checkpoint", "wrapper"):
-        seen = {"mm": 0}
-
-        def policy(ctx, op, *args, **kwargs):
-            if op != aten.mm.default:
-                return CheckpointPolicy.PREFER_RECOMPUTE
-            seen["mm"] += 1
-            return CheckpointPolicy.MUST_RECOMPUTE if seen["mm"] == 2 else CheckpointPolicy.MUST_SAVE
+        policy, _ = every_mm_but_the_second()
 
         class Chain(torch.nn.Module):
             def forward(self, x, w):
@@ -584,3 +585,25 @@ def test_hpac_checkpoint_and_wrapper_take_a_policy_function():
             out.sum().backward()
         assert_same([x.grad, w.grad], ref)
         assert counter.counts.get("mm", 0) - plain.counts.get("mm", 0) == 1, how
+
+
+def test_policy_fn_with_mutation_allowed_keeps_private_copies():
+    """A policy_fn's provisional entry answered save under allow_cache_entry_mutation=True becomes a clone
+    (Invocation::makePrivate): a write after the region into the saved mm output does not reach what the recompute is
+    served, gradients exact."""
+    def fn(x, w):
+        a = torch.mm(x, w)
+        return a, a * a  # mul saves a: backward needs it from the recompute, served from the cache
+
+    x, w = inputs()
+    a, b = fn(x, w)
+    b.sum().backward()
+    ref_grads = [x.grad.clone(), w.grad.clone()]
+    x.grad = w.grad = None
+    policy = lambda ctx, op, *args, **kwargs: op == aten.mm.default  # noqa: E731
+    a, b = checkpoint(fn, x, w, use_reentrant=False,
+                      context_fn=functools.partial(hpac.create_selective_checkpoint_contexts, policy, True))
+    with torch.no_grad():
+        a.add_(1)
+    b.sum().backward()
+    assert_same([x.grad, w.grad], ref_grads)
