@@ -347,14 +347,18 @@ void Invocation::recordOp(const Admission& admission, const c10::OperatorHandle&
   row.occurrence = admission.occurrence;
   row.micros = static_cast<double>(nanos) / 1e3;
   switch (admission.action) {
-    case Action::kIgnore: row.decision = "ignore", row.rule = "ignored-op table (not counted)"; break;
+    case Action::kIgnore:
+      row.decision = "ignore";
+      row.rule = "ignored-op table (not counted)";
+      break;
     case Action::kRun: row.decision = "recompute"; break;
     case Action::kSave: row.decision = "save"; break;
     case Action::kServe: row.decision = "serve"; break;
     case Action::kRecompute: row.decision = "recompute"; break;
     case Action::kSkip: row.decision = "skip"; break;
     case Action::kSkipWrite:
-      row.decision = "skip", row.rule = "an outside write the forward made: not made again (Note [State written twice])";
+      row.decision = "skip";
+      row.rule = "an outside write the forward made: not made again (Note [State written twice])";
       break;
   }
   if (phase_ == Phase::kForward && admission.action != Action::kIgnore) {
