@@ -10,11 +10,17 @@
 // running their kernel, each entry released as it is served; all other ops run
 // again. Invocation itself never runs a kernel.
 //
-// Three jobs beside saving and serving live in units of their own, each a
-// member of the Invocation, which forwards to them: the ops the recompute
-// skips (DeadOps, replay/dead_ops.h), the budget profile (OpProfile,
-// replay/op_profile.h), and explain's rows (DecisionRecorder,
-// replay/explain.h, attached when explain asks).
+// Invocation's own job is admission: counting each op per phase, asking the
+// policy in the forward, replaying its answer in the recompute. Everything
+// else lives in a unit of its own, a member of the Invocation, which forwards
+// to it: the saved outputs and their serving (ReplayStorage,
+// replay/replay_storage.h), the ops the recompute skips (DeadOps,
+// replay/dead_ops.h), writes to outside state (StateWrites,
+// replay/state_writes.h), the routing check (RoutingCheck,
+// replay/routing_check.h), the outer saved-tensor hooks (OuterHooks,
+// replay/outer_hooks.h), the budget profile (OpProfile, replay/op_profile.h),
+// and explain's rows (DecisionRecorder, replay/explain.h, attached when
+// explain asks). The public methods below are grouped by that unit.
 //
 // Thread safety: one thread at a time (the forward thread, later the thread
 // that runs backward). Stats are plain reads after the fact.
@@ -27,6 +33,7 @@
 #include "replay/outer_hooks.h"
 #include "replay/phase.h"
 #include "replay/recompute_rules.h"
+#include "replay/replay_storage.h"
 #include "replay/routing_check.h"
 #include "replay/state_writes.h"
 
@@ -72,11 +79,6 @@ struct InvocationStats {
 InvocationStats globalStats();
 void resetGlobalStats();
 
-// A new TensorImpl over the same storage, sharing the version counter, with no
-// autograd metadata. Built without dispatching (aten::detach would re-enter the
-// fallback) and without keeping the producer's autograd graph alive.
-at::Tensor detachedAlias(const at::Tensor& t);
-
 struct InvocationOptions {
   // Allow user code to mutate a cached output in place after it was saved:
   // saved outputs are then cloned (costs memory) instead of aliased.
@@ -92,9 +94,8 @@ struct InvocationOptions {
 };
 
 class Invocation {
-  struct Entry;  // a saved op's outputs (below)
-
  public:
+  // --- The call and its phases -------------------------------------------------------------------------------------
   // `policy` may be empty: recompute everything.
   explicit Invocation(const PolicyFactory& policy, InvocationOptions options = {});
   ~Invocation();
@@ -103,10 +104,7 @@ class Invocation {
 
   uint64_t id() const { return id_; }
   const InvocationStats& stats() const { return stats_; }
-  // Entries still held (saved and not yet served).
-  size_t storedEntries() const { return stored_entries_; }
-  int64_t storedBytes() const { return stored_bytes_; }
-
+  const InvocationOptions& options() const { return options_; }
   // Called by RegionGuard: resets the op counters of `phase` / adds this
   // phase's stats to the global totals. A recompute phase that ends releases
   // the saved entries it never asked for (Note [Decisions are recorded]);
@@ -115,7 +113,7 @@ class Invocation {
   void beginPhase(Phase phase);
   void endPhase(bool completed);
 
-  // What the fallback does with one op of this region.
+  // --- Admission: what the fallback does with one op ---------------------------------------------------------------
   enum class Action : uint8_t {
     kIgnore,     // not counted, not cached: run it (ignored-op table)
     kRun,        // forward, not saved: run it, then afterRun()
@@ -128,28 +126,52 @@ class Invocation {
   struct Admission {
     Action action;
     int64_t occurrence;     // of this op in this phase (-1 for kIgnore)
-    Entry* entry = nullptr;  // kServe: the saved entry admit() found, so serve() looks it up once
+    ReplayStorage::Entry* entry = nullptr;  // kServe: the saved entry admit() found, so serve() looks it up once
     const DeadOps::Returns* skipped = nullptr;  // kSkip: the forward's return shapes
     bool remember_skip = false;  // kRun: the policy marked it dead for the recompute; afterRun() records its shapes
     bool check_routing = false;  // kRun: a routing op; afterRun() keeps its decision (Note [Routing is verified])
     bool verify_routing = false;  // kRecompute: verifyRouting() after the kernel
     bool redirect_writes = false;  // kRecompute: redirectWrites() before the kernel (Note [State written twice])
   };
-
   // Counts the op in `phase` and says what to do: in the forward the policy
   // decides, in the recompute the forward's decision is replayed
   // (Note [Decisions are recorded]). In the forward, an op about to write into
   // a cached output first gives the cache its private copy (Note [Copy on write]).
   Admission admit(Phase phase, const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+  // kRun, after the kernel: watches outputs that alias a cached output without
+  // sharing its version counter (Note [Unsafe aliases]); keeps a routing op's
+  // decision; records the return shapes of an op the recompute will skip.
+  void afterRun(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+  // Recompute phase: whether the next call of `op` runs its kernel (false:
+  // served from storage, or skipped). Asked by hpac's Python package before an
+  // outer dispatch mode would see the op (Note [Outer dispatch modes see what
+  // ran], plugin/python/hpac/_policy_fn.py).
+  bool runsInRecompute(const c10::OperatorHandle& op) const;
+  // Note [Decided after the op] (policy/checkpoint_policy.h): the caller's
+  // answer for the op this forward kept last, provisionally. Returns false,
+  // changing nothing, when that op is not `op` (an op hpac ignores, a view,
+  // which is never saved, or an op already settled). A recompute answer
+  // releases the entry; a save answer keeps it (as a clone when cache mutation
+  // is allowed).
+  bool settleLast(const c10::OperatorHandle& op, CheckpointPolicy answer);
 
-  // Whether the fallback times ops and reports them through observe(): while
-  // this forward is a profile (Policy::wantsProfile(); kRun ops), or while a
-  // recorder is attached (every op, both phases). The fallback's only cost
-  // without either is this one branch.
-  bool timing() const { return profile_.active() || recorder_ != nullptr; }
-  bool profiling() const { return profile_.active(); }
-  // Before the op, when timing(): the storages of its arguments (explain's byte accounting).
-  void observeArguments(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+  // --- Saved outputs (ReplayStorage, replay/replay_storage.h) ------------------------------------------------------
+  using PendingSave = ReplayStorage::PendingSave;
+  // Entries still held (saved and not yet served).
+  size_t storedEntries() const { return storage_.entries(); }
+  int64_t storedBytes() const { return storage_.bytes(); }
+  // kSave: the arguments the op will write, taken before the kernel runs.
+  PendingSave beginSave(const Admission& admission, const c10::OperatorHandle& op,
+                        const torch::jit::Stack& stack) const {
+    return ReplayStorage::beginSave(admission.occurrence, op, stack);
+  }
+  // kSave, after the kernel: keeps the returns (and snapshots of the written
+  // arguments) under (op, occurrence).
+  void keep(PendingSave pending, const c10::OperatorHandle& op, torch::jit::Stack* stack);
+  // kServe: pops the arguments and pushes what the forward kept; releases the entry.
+  void serve(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+  // --- Frames: what autograd saves (Note [Frames hold what needs no recompute]) ------------------------------------
   // A tensor autograd saves for backward while this forward runs (the
   // checkpoint's saved-tensor hook calls it). While profiling, tells the policy
   // which profiled storage holds it (Note [What off keeps], policy/budget_plan.h);
@@ -185,27 +207,37 @@ class Invocation {
   // aliases keep what backward reads); a recompute of this invocation is then an error.
   void releaseKept();
   bool keptReleased() const { return kept_released_; }
-  // After the op (after keep() / serve() for kSave / kServe), with its time.
-  void observe(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
-               int64_t nanos);
 
-  // kRun, after the kernel: watches outputs that alias a cached output without
-  // sharing its version counter (Note [Unsafe aliases]); records the return
-  // shapes of an op the recompute will skip.
-  void afterRun(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+  // --- Dead ops (DeadOps, replay/dead_ops.h) -----------------------------------------------------------------------
+  // kSkip: pops the arguments and pushes uninitialised tensors shaped like the forward's returns (DeadOps::skip).
+  void skip(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+    dead_ops_.skip(*admission.skipped, op, stack);
+  }
 
-  // Forward, after any op ran (ignored ones too): notes the storages it returned fresh (Note [State written twice]).
-  void noteProduced(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack);
-  // kRecompute with verify_routing, after the kernel: throws if it routed otherwise than the forward.
-  void verifyRouting(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+  // --- Outside-state writes (StateWrites, replay/state_writes.h; Note [State written twice]) -----------------------
+  // Forward, after any op ran (ignored ones too): notes the storages it returned fresh.
+  void noteProduced(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+    if (admission.action == Action::kSkip || admission.action == Action::kServe) return;
+    state_writes_.noteProduced(op.schema(), tables_.returnsAlias(op), stack);
+  }
   // kSkipWrite: pops the arguments and pushes the ones its returns alias.
-  void skipWrite(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack);
+  void skipWrite(const Admission& /*admission*/, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+    StateWrites::skipWrite(op, stack);
+  }
   // kRecompute with redirect_writes, before the kernel: outside tensors it writes become scratch copies.
-  void redirectWrites(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack);
-  // Names for outside tensors in messages (module buffers and parameters; Note [State written twice]).
+  void redirectWrites(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+    state_writes_.redirectWrites(op, admission.occurrence, stack);
+  }
+  // Names for outside tensors in messages (module buffers and parameters).
   void nameState(const std::vector<at::Tensor>& tensors, const std::vector<std::string>& names) {
     state_writes_.name(tensors, names);
   }
+
+  // --- Routing (RoutingCheck, replay/routing_check.h) --------------------------------------------------------------
+  // kRecompute with verify_routing, after the kernel: throws if it routed otherwise than the forward.
+  void verifyRouting(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+
+  // --- Outer saved-tensor hooks (OuterHooks, replay/outer_hooks.h) -------------------------------------------------
   // The hooks around the region, captured by whoever enters the forward (Note [Outer saved-tensor hooks]);
   // ignored unless options.respect_saved_tensors_hooks.
   void useOuterHooks(std::shared_ptr<const OuterHooks> hooks) {
@@ -215,113 +247,80 @@ class Invocation {
   // (torch >= 2.14's checkpoint(respect_saved_tensors_hooks=True|False); Note [torch's respect_saved_tensors_hooks]
   // in plugin/python/hpac/_regions.py).
   void respectSavedTensorsHooks(bool respect) { respect_outer_hooks_ = respect; }
-  const InvocationOptions& options() const { return options_; }
 
-  // kSkip: pops the arguments and pushes uninitialised tensors shaped like the forward's returns (DeadOps::skip).
-  void skip(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-    dead_ops_.skip(*admission.skipped, op, stack);
-  }
+  // --- Timing: the budget profile (OpProfile, replay/op_profile.h) and explain (DecisionRecorder) ------------------
+  // Whether the fallback times ops and reports them through observe(): while
+  // this forward is a profile (Policy::wantsProfile(); kRun ops), or while a
+  // recorder is attached (every op, both phases). The fallback's only cost
+  // without either is this one branch.
+  bool timing() const { return profile_.active() || recorder_ != nullptr; }
+  bool profiling() const { return profile_.active(); }
+  // Before the op, when timing(): the storages of its arguments (explain's byte accounting).
+  void observeArguments(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+  // After the op (after keep() / serve() for kSave / kServe), with its time.
+  void observe(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
+               int64_t nanos);
+  // Explain: attach a recorder (replay/explain.h) before the forward, like InvocationOptions::recorder.
+  void recordDecisions(std::shared_ptr<DecisionRecorder> recorder) { recorder_ = std::move(recorder); }
+  const std::shared_ptr<DecisionRecorder>& recorder() const { return recorder_; }
 
-  // kSave: the arguments the op will write, taken before the kernel runs.
-  struct PendingSave {
-    int64_t occurrence;
-    std::vector<c10::IValue> written_args;
-  };
-  PendingSave beginSave(const Admission& admission, const c10::OperatorHandle& op,
-                        const torch::jit::Stack& stack) const;
-  // kSave, after the kernel: keeps the returns (and snapshots of the written
-  // arguments) under (op, occurrence).
-  void keep(PendingSave pending, const c10::OperatorHandle& op, torch::jit::Stack* stack);
-
-  // Note [Decided after the op] (policy/checkpoint_policy.h): the caller's
-  // answer for the op this forward kept last, provisionally. Returns false,
-  // changing nothing, when that op is not `op` (an op hpac ignores, a view,
-  // which is never saved, or an op already settled). A recompute answer
-  // releases the entry; a save answer keeps it (as a clone when cache mutation
-  // is allowed).
-  bool settleLast(const c10::OperatorHandle& op, CheckpointPolicy answer);
-  // Recompute phase: whether the next call of `op` runs its kernel (false:
-  // served from storage, or skipped). Asked by hpac's Python package before an
-  // outer dispatch mode would see the op (Note [Outer dispatch modes see what
-  // ran], plugin/python/hpac/_policy_fn.py).
-  bool runsInRecompute(const c10::OperatorHandle& op) const;
-
-  // kServe: pops the arguments and pushes what the forward kept; releases the entry.
-  void serve(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack);
-
-  // Op log, off by default (tests and explain tools): while on, every op the
+  // --- Op log ------------------------------------------------------------------------------------------------------
+  // Off by default (tests and explain tools): while on, every op the
   // fallback hands to this invocation is appended as "phase ns::op.overload
   // action", action one of ignored, run (forward, recompute policy), saved,
   // served, recomputed.
   void recordOps(bool on) { record_ops_ = on; }
-  // Explain: attach a recorder (replay/explain.h) before the forward, like InvocationOptions::recorder.
-  void recordDecisions(std::shared_ptr<DecisionRecorder> recorder) { recorder_ = std::move(recorder); }
-  const std::shared_ptr<DecisionRecorder>& recorder() const { return recorder_; }
   const std::vector<std::string>& opLog() const { return op_log_; }
 
  private:
-  using Key = OpOccurrence;
-  using KeyHash = OpOccurrenceHash;
-  struct Entry {
-    std::vector<c10::IValue> outputs;           // detached aliases (or clones) of the returns
-    std::vector<at::Tensor> written;            // snapshots of arguments the op wrote
-    // Version counters watched for in-place writes, with their value when
-    // watching began: the cached aliases' own, and those of unsafe aliases of
-    // them (Note [Unsafe aliases]).
-    std::vector<std::pair<c10::VariableVersion, uint32_t>> versions;
-    std::vector<const c10::StorageImpl*> storages;  // of the cached aliases
-    const c10::OperatorName* op_name = nullptr;     // for messages
-    int64_t bytes = 0;
-    bool served = false;
-    // Note [Outer saved-tensor hooks]: one pair per defined tensor of outputs then written, in that order; the
-    // tensors themselves are then undefined, `defined` says which were not.
-    std::vector<std::unique_ptr<torch::autograd::SavedVariableHooks>> packed;
-    std::vector<bool> defined;
-  };
+  // Admission (invocation.cpp).
+  Admission admitIgnored(Phase phase, const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+  Admission admitForward(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+  Admission admitRecompute(const c10::OperatorHandle& op);
+  void trackRecordFunction(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+  void discard(const OpOccurrence& key);
+  // Outside-state writes.
+  Admission recomputeStateWrite(Admission admission, const c10::OperatorHandle& op, const StateWrites::Write& write);
+  // Explain and the op log.
+  void recordOp(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
+                int64_t nanos);
+  void logOp(Phase phase, const c10::OperatorHandle& op, const char* action);
 
+  // The call and its phases.
   const uint64_t id_;
   const InvocationOptions options_;
   const ResolvedOpTables& tables_;
   std::unique_ptr<Policy> policy_;
-  std::unordered_map<OpId, int64_t> occurrences_[2];
   Phase phase_ = Phase::kForward;
-  bool may_skip_ = false;  // this forward's policy may mark ops to skip (Policy::maySkipInRecompute)
-  OpProfile profile_;      // the budget profile (replay/op_profile.h)
-  std::shared_ptr<DecisionRecorder> recorder_;
+  InvocationStats stats_;
+  InvocationStats reported_;  // part of stats_ already added to the global totals
+  // Admission.
+  std::unordered_map<OpId, int64_t> occurrences_[2];
   CheckpointPolicy last_answer_ = CheckpointPolicy::PREFER_RECOMPUTE;  // of the last decide()
   // Note [Decided after the op]: whether the policy's answers are provisional, and the entry kept last, unsettled.
   const bool decides_after_run_;
   std::optional<OpOccurrence> unsettled_;
-  void discard(const OpOccurrence& key);
-  void recordOp(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack,
-                int64_t nanos);
   int fsdp_depth_ = 0;  // Note [FSDP ranges are ignored]
-  void trackRecordFunction(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
-  void releaseUnserved(bool completed);
-  void packKept();
-  void unpack(Entry& entry);
-  RoutingCheck routing_;
+  // Saved outputs.
+  ReplayStorage storage_;
+  // Frames.
+  bool kept_released_ = false;  // Note [Frames hold what needs no recompute]
+  // Dead ops (Note [Dead ops are skipped]).
+  DeadOps dead_ops_;
+  bool may_skip_ = false;  // this forward's policy may mark ops to skip (Policy::maySkipInRecompute)
+  // Outside-state writes.
   StateWrites state_writes_;
+  // Routing.
+  RoutingCheck routing_;
+  // Outer saved-tensor hooks.
   std::shared_ptr<const OuterHooks> outer_hooks_;
   bool respect_outer_hooks_;  // options_.respect_saved_tensors_hooks unless respectSavedTensorsHooks() said otherwise
-  Admission recomputeStateWrite(Admission admission, const c10::OperatorHandle& op);
-  void release(Entry& entry);
-  void watchUnsafeAliases(const torch::jit::Stack& stack, size_t num_returns);
-  void copyOnWrite(const c10::FunctionSchema& schema, const torch::jit::Stack& stack);
-  void makePrivate(Entry& entry);
-
-  std::unordered_map<Key, Entry, KeyHash> storage_;
-  DeadOps dead_ops_;  // Note [Dead ops are skipped]
-  // Storage of every cached alias still held -> its entry.
-  std::unordered_map<const c10::StorageImpl*, Key> cached_storage_;
-  size_t stored_entries_ = 0;
-  bool kept_released_ = false;  // Note [Frames hold what needs no recompute]
-  int64_t stored_bytes_ = 0;
-  InvocationStats stats_;
-  InvocationStats reported_;  // part of stats_ already added to the global totals
+  // Timing.
+  OpProfile profile_;  // the budget profile (replay/op_profile.h)
+  std::shared_ptr<DecisionRecorder> recorder_;
+  // Op log.
   bool record_ops_ = false;
   std::vector<std::string> op_log_;
-  void logOp(Phase phase, const c10::OperatorHandle& op, const char* action);
 };
 
 }  // namespace hpac

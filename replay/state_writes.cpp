@@ -1,8 +1,14 @@
 #include "replay/state_writes.h"
 
 #include "replay/collective_work.h"
+#include "replay/dispatch_key.h"
 #include "replay/for_each_tensor.h"
+#include "replay/written_arguments.h"
 
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/Exception.h>
+
+#include <mutex>
 #include <sstream>
 
 namespace hpac {
@@ -85,6 +91,59 @@ std::string StateWrites::describe(const at::Tensor& t) const {
     s << "a " << t.sizes() << " " << t.scalar_type() << " tensor";
   }
   return s.str();
+}
+
+// Note [State written twice]: what the recompute does with an outside write the forward made.
+StateWrites::Replay StateWrites::replay(const Write& w, const c10::OperatorHandle& op, int64_t occurrence,
+                                        uint64_t invocation, StateWriteRule rule) {
+  const std::string what = messageOpName(op.operator_name()) + " occurrence " + std::to_string(occurrence) +
+                           " of invocation " + std::to_string(invocation) + " writes " + w.what +
+                           " in place, a tensor from outside the checkpoint region (a module buffer, a parameter or an "
+                           "input): the forward wrote it, and the recompute in backward writes it again (a counter or "
+                           "running statistic counted twice)";
+  switch (rule) {
+    case StateWriteRule::kError:
+      TORCH_CHECK(false, "hpac: ", what, ". Set state_writes: skip (activation_checkpoint.state_writes in the "
+                  "trainer's YAML, state_writes=\"skip\" in Python) to make the write once, in the forward "
+                  "(Note [State written twice]).");
+    case StateWriteRule::kWarn: {
+      static std::mutex warned_mutex;
+      static std::unordered_set<std::string>* warned = new std::unordered_set<std::string>();
+      std::lock_guard<std::mutex> lock(warned_mutex);
+      if (warned->insert(qualifiedOpName(op.operator_name()) + " " + w.what).second) {
+        TORCH_WARN("hpac: ", what, ". Set state_writes: skip (activation_checkpoint.state_writes in the trainer's "
+                   "YAML, state_writes=\"skip\" in Python) to make the write once, or state_writes: error to stop "
+                   "(Note [State written twice]). Warned once per op and tensor.");
+      }
+      return Replay::kRun;
+    }
+    case StateWriteRule::kSkip:
+      return w.only_writes ? Replay::kSkip : Replay::kRedirect;
+  }
+  return Replay::kRun;
+}
+
+void StateWrites::skipWrite(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const size_t num_args = schema.arguments().size();
+  std::vector<c10::IValue> args(std::make_move_iterator(stack->end() - num_args), std::make_move_iterator(stack->end()));
+  torch::jit::drop(*stack, num_args);
+  for (size_t j = 0; j < schema.returns().size(); ++j) {
+    const int64_t aliased = aliasedArgument(schema, j);
+    TORCH_INTERNAL_ASSERT(aliased >= 0, "hpac: ", messageOpName(op.operator_name()),
+                          " has a return of its own; it cannot be skipped");
+    stack->push_back(args[aliased]);
+  }
+}
+
+void StateWrites::redirectWrites(const c10::OperatorHandle& op, int64_t occurrence, torch::jit::Stack* stack) const {
+  const Write* w = find(op, occurrence);
+  if (w == nullptr) return;
+  const size_t begin = stack->size() - op.schema().arguments().size();
+  c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
+  for (size_t i : w->outside_args) {
+    (*stack)[begin + i] = mapTensors((*stack)[begin + i], [](const at::Tensor& t) { return t.defined() ? t.clone() : t; });
+  }
 }
 
 }  // namespace hpac

@@ -6,6 +6,7 @@
 
 #include "policy/op_tables.h"
 #include "replay/op_occurrence.h"
+#include "replay/recompute_rules.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -59,6 +60,12 @@ class StateWrites {
     bool only_writes = false;          // every return aliases a written argument: skipping the op loses nothing
     std::string what;                  // "'gate.load' ([8] Float)", or "a [8] Float tensor" when unnamed
   };
+  // What the recompute does with an outside write the forward made (replay()).
+  enum class Replay : uint8_t {
+    kRun,       // made again (warn, after its one warning)
+    kSkip,      // not made: skipWrite() in place of the kernel (an only_writes op)
+    kRedirect,  // the kernel runs with its outside arguments redirected to scratch copies (redirectWrites())
+  };
 
   // Names outside tensors for messages (module buffers and parameters).
   void name(const std::vector<at::Tensor>& tensors, const std::vector<std::string>& names);
@@ -78,6 +85,15 @@ class StateWrites {
     return it == writes_.end() ? nullptr : &it->second;
   }
   bool empty() const { return writes_.empty(); }
+
+  // Recompute, at the (op, occurrence) of `w`: what `rule` makes of it. Throws for StateWriteRule::kError, warns
+  // once per op and tensor for kWarn; `invocation` names it in the message.
+  static Replay replay(const Write& w, const c10::OperatorHandle& op, int64_t occurrence, uint64_t invocation,
+                       StateWriteRule rule);
+  // Replay::kSkip: pops the arguments and pushes the ones its returns alias.
+  static void skipWrite(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+  // Replay::kRedirect, before the kernel: the outside tensors it writes become scratch copies.
+  void redirectWrites(const c10::OperatorHandle& op, int64_t occurrence, torch::jit::Stack* stack) const;
 
  private:
   using Key = OpOccurrence;
