@@ -577,6 +577,16 @@ def compile_compare(r):
     return out
 
 
+def target_shapes_regimes(d):
+    """(a layer's weight-gradient bytes, the modes whose peak the kept activations set, those whose peak the gradients
+    set) of a target_shapes JSON: a mode's peak above the start grows per layer by the larger of what a layer keeps and
+    a layer's gradients (a third of what it holds at rest: weights and AdamW's two moments)."""
+    der = d["derived"]
+    grad = der["off"]["b_at_rest_bytes_per_layer"] / 3
+    by_acts = [mode for mode, e in der.items() if e["b_above_start_bytes_per_layer"] > 1.05 * grad]
+    return grad, by_acts, [mode for mode in der if mode not in by_acts]
+
+
 def target_shapes_table(d):
     """The seed's table at the target's shapes (bench/target_shapes.py): one table per layer count, then the 48-layer
     peak derived per mode beside the seed's numbers, and what differs. `d` is the benchmark's JSON."""
@@ -590,11 +600,11 @@ def target_shapes_table(d):
            f"{d['batch']}, {d['dtype']}, {d['optimizer']}; torch {d['torch']} on {where}, GLIBC_TUNABLES="
            f"{d['glibc_tunables'] or '(unset)'}, 1-minute load average {d['load_average_at_start']:.1f} at the start, "
            f"{d['load_average_at_end']:.1f} at the end, {d['wall_s'] / 60:.0f} min in all. One interleaved run per "
-           f"layer count: a warm-up round, then {d['steps']} rounds of every mode, the order rotated per round; step "
-           "= forward + backward + AdamW; peak = the most bytes allocated during the step (weights, AdamW state, "
-           "gradients, activations), above start = the same less the bytes held at the step's start (weights and "
-           "AdamW state), before AdamW's step = the same over forward + backward only; kept = what the forward left "
-           "for backward; time vs off = the median of per-round ratios."]
+           f"layer count: a warm-up round, then {d['steps']} round{'s' * (d['steps'] > 1)} of every mode, the order "
+           "rotated per round; step = forward + backward + AdamW; peak = the most bytes allocated during the step "
+           "(weights, AdamW state, gradients, activations), above start = the same less the bytes held at the "
+           "step's start (weights and AdamW state), before AdamW's step = the same over forward + backward only; "
+           "kept = what the forward left for backward; time vs off = the median of per-round ratios."]
     for run in d["runs"]:
         rows = run["rows"]
         off = rows["off"]
@@ -638,18 +648,43 @@ def target_shapes_table(d):
                    f"{last['rows'][mode]['time_vs_off_paired']:.2f}x | {seed_col} |")
     errs = [abs(e["loo"]["error_rel"]) for e in der.values() if "loo" in e]
     rest = der["off"]["b_at_rest_bytes_per_layer"]
+    grad, by_acts, by_grads = target_shapes_regimes(d)
+    batch = d.get("batch", 1)
+    kept = {mode: e["b_kept_bytes_per_layer"] for mode, e in der.items()}
     above = {mode: e["b_above_start_bytes_per_layer"] for mode, e in der.items()}
     width = 4 if d["dtype"] == "float32" else 2
-    grads_128 = rest / 3 + (128 - d["experts"]) * 3 * m["hidden_size"] * m["moe_intermediate_size"] * width
-    others = sorted({round(v / gib, 3) for mode, v in above.items() if mode != "off"})
+    grads_128 = grad + (128 - d["experts"]) * 3 * m["hidden_size"] * m["moe_intermediate_size"] * width
+    mib = lambda v: f"{v / 2**20:.0f} MiB"  # noqa: E731
+    peaks = last["rows"]
     out += ["", "What differs from the seed's run, and what the derived column means:",
-            f"- **Model**: {d['experts']} experts per layer instead of 128, vocabulary {d['vocab']} instead of 151936. "
-            f"At rest a layer holds {rest / gib:.3f} GiB here (weights and AdamW's two moments, {d['dtype']}). Above "
-            f"the start a layer adds {above['off'] / gib:.3f} GiB under off (its activations, as backward starts) and "
-            + " to ".join(f"{v:.3f}" for v in others) + " GiB under the other modes (its weights' gradients, at the "
-            "end of backward): those grow with the expert count, the activations do not. At 128 experts a layer's "
-            f"gradients would take about {grads_128 / gib:.2f} GiB here, more than off's activations, so in one "
-            "process no mode would move the peak.",
+            f"- **Where the peak falls**: a layer's weight gradients take {grad / gib:.3f} GiB (a third of its at-rest "
+            f"term: weights and AdamW's two moments); what a layer keeps for backward, at {batch} x {d['seq']} "
+            "tokens: " + ", ".join(f"{mode} {mib(v)}" for mode, v in kept.items()) + ". Above the start a step's "
+            "peak grows per layer by the larger of the two: every layer's kept bytes as backward starts, or every "
+            "layer's gradients as it ends. "
+            + (f"Activations set it under {', '.join(by_acts)} (per layer above the start: "
+               + ", ".join(f"{above[mode] / gib:.3f}" for mode in by_acts) + " GiB)" if by_acts else
+               "Activations set it under no mode")
+            + (f"; gradients under {', '.join(by_grads)} (" + ", ".join(f"{above[mode] / gib:.3f}" for mode in by_grads)
+               + " GiB)." if by_grads else ".")
+            + (f" At {last['layers']} layers, above full's {peaks['full']['peak_bytes'] / gib:.2f} GiB: "
+               + ", ".join(f"{mode} {(x['peak_bytes'] - peaks['full']['peak_bytes']) / gib:+.2f} GiB"
+                           for mode, x in peaks.items() if mode != "full") + "." if "full" in peaks else "")]
+    if batch > 1:
+        below = [mode for mode in der if kept[mode] / batch < grad]
+        out.append(f"- **Batch**: {batch} sequences of {d['seq']} per step (the seed's table names no batch): "
+                   "activations grow with the tokens, gradients do not. Per sequence a layer keeps "
+                   + ", ".join(f"{mode} {mib(v / batch)}" for mode, v in kept.items())
+                   + (f"; at batch 1 {', '.join(below)} keep less per layer than a layer's gradients take, so their "
+                      "peaks fall at the end of backward, full's regime." if below else "."))
+    out += [f"- **Model**: {d['experts']} experts per layer instead of 128, vocabulary {d['vocab']} instead of "
+            f"151936. At rest a layer holds {rest / gib:.3f} GiB here (weights and AdamW's two moments, {d['dtype']}): "
+            "it grows with the expert count, what a layer keeps does not. At 128 experts a layer's gradients would "
+            f"take about {grads_128 / gib:.2f} GiB here, "
+            + ("more than any mode keeps per layer at this batch, so in one process no mode would move the peak."
+               if grads_128 > max(kept.values()) else
+               "less than " + ", ".join(mode for mode in der if kept[mode] > grads_128) + " keep per layer at this "
+               "batch, so those would still set their peaks, the others would share one."),
             f"- **Parallel layout**: one process holds the whole model and every byte of its state; the seed's run "
             "split it over accelerators, sharding weights, gradients and AdamW state (not the activations of each "
             "device's tokens), which is how activations come to set its per-device peak.",
@@ -658,7 +693,8 @@ def target_shapes_table(d):
             "factor of several between rounds), not comparable to the seed's seconds; only ratios to off are, and "
             "those loosely.",
             f"- **The fit**: a line per mode; the leave-largest-out check is off by at most {100 * max(errs):.2f} % "
-            "over the modes: the per-layer terms are constant from the first layer on." if errs else
+            "over the modes" + (": the per-layer terms are constant from the first layer on." if max(errs) < 0.005
+                                else ".") if errs else
             "- **The fit**: fewer than three layer counts, no check."]
     return out
 
@@ -683,11 +719,14 @@ def target_shapes_summary(r):
     counts = "/".join(str(x["layers"]) for x in d["runs"])
     check = (f"; the line fitted without the largest layer count predicts it within {100 * max(errs):.1f} %"
              if errs else "")
+    _, by_acts, by_grads = target_shapes_regimes(d)
+    regimes = (f"activations set the peak of {', '.join(by_acts) or 'no mode'}, a layer's weight gradients that of "
+               f"{', '.join(by_grads) or 'no mode'}")
     return [f"At Qwen3-30B-A3B's layer shapes with {d['experts']} experts per layer and vocabulary {d['vocab']}, "
-            f"{d['dtype']} on {d['device']}, AdamW, seq {d['seq']} (`bench/target_shapes.py`, measured on "
-            f"{counts} layers{check}), the {n}-layer peak derived per mode: {ours}; the seed's {n} layers in bf16 on "
-            f"accelerators with a parallel layout: {theirs}. docs/results.md, \"The seed's table at the target's "
-            "shapes\", says what differs."]
+            f"{d['dtype']} on {d['device']}, AdamW, seq {d['seq']} x batch {d.get('batch', 1)} "
+            f"(`bench/target_shapes.py`, measured on {counts} layers{check}; {regimes}), the {n}-layer peak derived "
+            f"per mode: {ours}; the seed's {n} layers in bf16 on accelerators with a parallel layout: {theirs}. "
+            "docs/results.md, \"The seed's table at the target's shapes\", says what differs."]
 
 
 def explain(r):

@@ -3,10 +3,14 @@
 transformers' Qwen3MoeForCausalLM built from the project's preset qwen3_moe_30b_a3b (Qwen3-30B-A3B's layer shapes:
 hidden 2048, 32 query / 4 KV heads of head_dim 128, top-8 routing with norm_topk_prob, expert width 768, rms eps
 1e-6, rope_theta 1e6), with FEWER experts per layer (--experts, default 8 of the real 128) and a reduced vocabulary
-(--vocab, default 4096 of the real 151936), random weights, batch 1, trained with AdamW. What a layer keeps for
-backward does not depend on the expert count (every token still goes to 8 experts of width 768); the weights, their
-gradients and AdamW's state do, and at 128 experts one layer's fused expert gradients, not activations, set the peak
-(docs/results.md, "Real Qwen3-30B-A3B layer shapes"). With 8 experts the activations set it.
+(--vocab, default 4096 of the real 151936), random weights, a micro-batch of --batch sequences (default 3), trained
+with AdamW. What a layer keeps for backward does not depend on the expert count (every token still goes to 8 experts
+of width 768); the weights, their gradients and AdamW's state do, and at 128 experts one layer's fused expert
+gradients, not activations, set the peak (docs/results.md, "Real Qwen3-30B-A3B layer shapes").
+With 8 experts a mode's peak is the larger of two: what every layer keeps (it grows with the tokens, batch x seq) as
+backward starts, or every layer's weight gradients (they do not grow with the tokens) as it ends. At batch 1, seq 1024,
+fp32 a layer's gradients (0.21 GiB) outweigh what full, selective and both budgets keep per layer, so those four share
+one peak; from batch 3 on what selective and the budgets keep outweighs them, and the modes' peaks part.
 
 Modes, all on one model and one AdamW (the layers re-wrapped every step; the weights move every step, as training):
   off, full, selective     no checkpoint; hpac full; hpac's fixed selective policy (hpac.checkpoint_wrapper per layer)
@@ -27,7 +31,7 @@ the largest count out (fit on the others, predict it, the error in %), with b sp
 gradients, the slope of the peak above the start), printed beside the seed's numbers.
 
     GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296 \\
-      nice .venv/bin/python bench/target_shapes.py --layers 1,2,4 --steps 4
+      nice .venv/bin/python bench/target_shapes.py --layers 1,2,4 --batch 3 --steps 1
     .venv/bin/python bench/target_shapes.py --dry-run          # tiny shapes, every mode, seconds
     .venv/bin/python bench/target_shapes.py --report bench/results/target_shapes.json
     .venv/bin/python bench/target_shapes.py --plot bench/results/target_shapes.json docs/results_target_shapes.svg
@@ -52,6 +56,10 @@ import hpac  # noqa: E402
 import hpac.hf_compare as hc  # noqa: E402
 
 DEFAULT_OUT = os.path.join(HERE, "results", "target_shapes.json")
+# Sequences per step: the least at which selective and both budgets keep more per layer than a layer's gradients take
+# (seq 1024, 8 experts: at batch 2 budget 0.25 keeps less; see the docstring). Callers that build the options
+# themselves (bench/gpu_check.py) and set no batch get this too.
+DEFAULT_BATCH = 3
 MODES = ("off", "full", "selective", "budget:0.25", "budget:0.5", "compile:0.5")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # The seed's table (../shared/DESIGN.md's reference design): Qwen3-30B-A3B, seq 1024, 48 layers, accelerators, bf16.
@@ -168,6 +176,10 @@ def one_step(model, opt, ids, memory, ctx):
     return seconds, peak, peak - start, kept, start, loss.detach().float().item(), peak_fb - start
 
 
+def batch_of(a):
+    return getattr(a, "batch", DEFAULT_BATCH)
+
+
 def measure_layers(layers, a, memory, log):
     """One interleaved run at one layer count: {mode: row}."""
     spec = model_spec(layers, a.experts, a.vocab, tiny=a.tiny)
@@ -175,7 +187,7 @@ def measure_layers(layers, a, memory, log):
     params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0)
     modes = Modes(model, a.modes, a.compile_backend)
-    ids = hc.token_batch(spec["vocab_size"], 1, a.seq, 1234, 0).to(a.device)
+    ids = hc.token_batch(spec["vocab_size"], batch_of(a), a.seq, 1234, 0).to(a.device)
     keys = ("s", "peak", "above", "kept", "start", "loss", "above_fb")
     rec = {m: {k: [] for k in keys} for m in a.modes}
     warm = {}
@@ -255,6 +267,7 @@ def main(argv=None):
     ap.add_argument("--layers", default="1,2,4", help="comma-separated layer counts, each its own interleaved run")
     ap.add_argument("--steps", type=int, default=4, help="measured rounds (every mode once each) after one warm-up")
     ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="sequences per step (the micro-batch)")
     ap.add_argument("--experts", type=int, default=8, help="experts per layer (Qwen3-30B-A3B: 128)")
     ap.add_argument("--vocab", type=int, default=4096, help="vocabulary (Qwen3-30B-A3B: 151936)")
     ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
@@ -293,8 +306,8 @@ def main(argv=None):
     except (ValueError, AssertionError):
         ap.error(f"--layers {a.layers!r} / --modes {','.join(a.modes)!r} not allowed: comma-separated positive "
                  "integers; off first, then full, selective, budget:<f>, compile:<f> with f in [0, 1]")
-    if a.modes[0] != "off" or min(layer_counts + [a.steps, a.seq, a.experts, a.vocab]) < 1:
-        ap.error("--modes must start with off; --layers, --steps, --seq, --experts, --vocab must be positive")
+    if a.modes[0] != "off" or min(layer_counts + [a.steps, a.seq, a.batch, a.experts, a.vocab]) < 1:
+        ap.error("--modes must start with off; --layers, --steps, --seq, --batch, --experts, --vocab must be positive")
     importlib.import_module("hpac.hf")
     importlib.import_module("transformers")
     gc.freeze()  # the imports' objects out of the collector's way: every step runs gc.collect()
@@ -315,7 +328,7 @@ def run(a, layer_counts, log=None):
             "hpac": hpac.version(), "device": a.device,
             "device_name": torch.cuda.get_device_name(0) if memory.cuda else f"{os.cpu_count()} CPUs",
             "threads": torch.get_num_threads(), "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
-            "load_average_at_start": os.getloadavg()[0], "dtype": a.dtype, "seq": a.seq, "batch": 1,
+            "load_average_at_start": os.getloadavg()[0], "dtype": a.dtype, "seq": a.seq, "batch": batch_of(a),
             "experts": a.experts, "vocab": a.vocab, "steps": a.steps, "modes": a.modes, "dry_run": a.dry_run,
             "compile_backend": a.compile_backend, "target_layers": a.target_layers, "seed": SEED,
             "optimizer": "AdamW (lr 1e-5, weight_decay 0), zero_grad(set_to_none=True)", "runs": []}
@@ -380,7 +393,9 @@ def plot(data, path):
     out.append(f'<text x="{x0 + w + 20}" y="{ly + 24}" font-size="10">(bf16, accelerators, parallel)</text>')
     out.append(f'<text x="{x0 + w + 20}" y="{ly + 44}" font-size="10">here: {data["dtype"]}, {data["device"]},</text>')
     out.append(f'<text x="{x0 + w + 20}" y="{ly + 58}" font-size="10">{data["experts"]} experts, vocab '
-               f'{data["vocab"]}</text>')
+               f'{data["vocab"]},</text>')
+    out.append(f'<text x="{x0 + w + 20}" y="{ly + 72}" font-size="10">batch {data.get("batch", 1)} x seq '
+               f'{data["seq"]}</text>')
     out.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
