@@ -318,7 +318,7 @@ def test_mutation_allowed(impl):
 
 def test_write_inside_the_region_into_a_saved_output():
     """torch raises when the recompute finds the cached mm output mutated; hpac gives the cache its own copy on the
-    first write inside the region (Note [Copy on write], replay/invocation.cpp) and the gradient is exact."""
+    first write inside the region (Note [Copy on write], replay/replay_storage.cpp) and the gradient is exact."""
     def fn(x, w):
         a = torch.mm(x, w)
         b = torch.sigmoid(a)
