@@ -77,7 +77,14 @@ def main(argv=None):
 
     budgets = {"budget 0.3": hpac.budget(0.3), "budget 0.5": hpac.budget(0.5),
                "budget 0.5, no skips": hpac.budget(0.5, skip_dead=False)}
-    modes = {"off": None, "full": "full", "selective": "selective", **budgets, "save_all": "save_all"}
+    # hpac's own frame (hpac.checkpoint): it holds what needs no recompute and its recompute stops early (Note [The
+    # recompute stops early]); its budget regions plan for that (Note [The recompute's fixed cost]).
+    own = {f"{k}, hpac's frame": v for k, v in (("budget 0.3", hpac.budget(0.3)), ("budget 0.5", hpac.budget(0.5)),
+                                                ("budget 0.9", hpac.budget(0.9)), ("budget 1.0", hpac.budget(1.0)))}
+    budgets.update(own)
+    frames = {"full, hpac's frame": "full", "selective, hpac's frame": "selective", **own,
+              "save_all, hpac's frame": "save_all"}
+    modes = {"off": None, "full": "full", "selective": "selective", **budgets, "save_all": "save_all", **frames}
     times = {m: {"forward": [], "backward": [], "recompute": []} for m in modes}
     stats = {}
 
@@ -88,6 +95,8 @@ def main(argv=None):
         start = time.thread_time()
         if modes[mode] is None:
             y = run_layer(x)
+        elif mode in frames:
+            y = hpac.checkpoint(run_layer, x, policy=modes[mode])
         else:
             invocations = []
             inner = hpac.context_fn(modes[mode], on_invocation=invocations.append)
@@ -101,7 +110,7 @@ def main(argv=None):
         end = time.thread_time()
         t["forward"].append(mid - start)
         t["backward"].append(end - mid)
-        if modes[mode] is not None:
+        if modes[mode] is not None and mode not in frames:
             stats[mode] = invocations[0].stats()
 
     order = list(modes)

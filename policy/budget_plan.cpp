@@ -244,20 +244,76 @@ std::vector<bool> saveOf(const std::vector<Group>& groups, const std::vector<boo
   return save;
 }
 
-// The kernel time a recompute served `keep` still spends (Note [Dead ops are skipped]).
+// Note [The recompute's fixed cost]: the last op a recompute served `save` reaches; -1: none (the frame holds every
+// saved tensor and backward never re-runs the region). A profile that did not say where autograd saved: every op.
+int64_t stopOf(const std::vector<ProfiledOp>& ops, const std::vector<bool>& save, bool stops_early) {
+  std::unordered_set<int64_t> held;
+  for (size_t i = 0; stops_early && i < ops.size(); ++i) {
+    if (!save[i]) continue;
+    for (const auto& [id, bytes] : ops[i].storages) held.insert(id);
+  }
+  int64_t stop = -1;
+  bool positions = false;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    for (int64_t id : ops[i].autograd_saves) {
+      positions = true;
+      if (held.count(id) == 0) stop = static_cast<int64_t>(i);
+    }
+  }
+  return positions ? stop : static_cast<int64_t>(ops.size()) - 1;
+}
+
+// What a recompute served `keep` still spends (Note [Dead ops are skipped], Note [The recompute's fixed cost]).
+struct Recompute {
+  const std::vector<int64_t>& autograd_saved;
+  bool stops_early;
+};
 double recomputeMicros(const std::vector<ProfiledOp>& ops, const std::vector<Group>& groups,
-                       const std::vector<bool>& keep, const std::vector<int64_t>& autograd_saved) {
+                       const std::vector<bool>& keep, const Recompute& frame) {
   const std::vector<bool> save = saveOf(groups, keep, ops.size());
-  const std::vector<bool> dead = deadOps(ops, save, autograd_saved);
+  const std::vector<bool> dead = deadOps(ops, save, frame.autograd_saved);
+  const int64_t stop = stopOf(ops, save, frame.stops_early);
   double micros = 0;
-  for (size_t i = 0; i < ops.size(); ++i) micros += save[i] || dead[i] ? 0 : ops[i].micros;
+  for (int64_t i = 0; i <= stop; ++i) micros += ops[i].gap_micros + (save[i] || dead[i] ? 0 : ops[i].micros);
   return micros;
+}
+
+// Note [The recompute's fixed cost]: per op p during which autograd saved something, the plan keeping every group
+// that holds what autograd saved after p, the rest of `budget` filled by the knapsack over the other groups.
+std::vector<std::vector<bool>> stopPlans(const std::vector<ProfiledOp>& ops, const std::vector<Group>& groups,
+                                         int64_t budget, const std::vector<double>& value) {
+  std::unordered_map<int64_t, size_t> group_of;  // storage id -> group
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i : groups[g].members) {
+      for (const auto& [id, bytes] : ops[i].storages) group_of.emplace(id, g);
+    }
+  }
+  std::vector<std::vector<bool>> plans;
+  std::vector<bool> tail(groups.size(), false);  // groups holding what autograd saved after p
+  int64_t used = 0;
+  for (size_t p = ops.size(); p-- > 0;) {
+    if (ops[p].autograd_saves.empty()) continue;
+    if (used <= budget) {
+      std::vector<bool> eligible(groups.size());
+      for (size_t g = 0; g < groups.size(); ++g) eligible[g] = !tail[g] && !groups[g].collective;
+      std::vector<bool> keep = knapsack(groups, budget - used, value, eligible);
+      for (size_t g = 0; g < groups.size(); ++g) keep[g] = keep[g] || tail[g] || groups[g].collective;
+      plans.push_back(std::move(keep));
+    }
+    for (int64_t id : ops[p].autograd_saves) {
+      const auto it = group_of.find(id);
+      if (it == group_of.end() || tail[it->second] || groups[it->second].collective) continue;
+      tail[it->second] = true;
+      used += groups[it->second].bytes;
+    }
+  }
+  return plans;
 }
 
 // Note [Planning with the dataflow]: adds, one at a time, the group that
 // removes the most recompute time per byte, while one fits.
 std::vector<bool> greedy(const std::vector<ProfiledOp>& ops, const std::vector<Group>& groups, int64_t budget,
-                         const std::vector<int64_t>& autograd_saved) {
+                         const Recompute& autograd_saved) {
   std::vector<bool> keep(groups.size(), false);
   for (size_t g = 0; g < groups.size(); ++g) keep[g] = groups[g].bytes == 0 || groups[g].collective;
   int64_t used = 0;  // collectives' bytes are outside `budget` (Note [Collectives are kept by every plan])
@@ -285,7 +341,7 @@ std::vector<bool> greedy(const std::vector<ProfiledOp>& ops, const std::vector<G
 // time, the group whose loss adds the least recompute time per byte freed,
 // until the rest fits.
 std::vector<bool> shrink(const std::vector<ProfiledOp>& ops, const std::vector<Group>& groups, int64_t budget,
-                         const std::vector<bool>& holds_saved, const std::vector<int64_t>& autograd_saved) {
+                         const std::vector<bool>& holds_saved, const Recompute& autograd_saved) {
   std::vector<bool> keep(groups.size(), false);
   int64_t used = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -325,7 +381,7 @@ BudgetPlan emptyPlan(const std::vector<Group>& groups, int64_t budget_bytes) {
 
 // What keeping the groups `keep` saves, holds and lets the recompute skip.
 void fillPlan(const std::vector<ProfiledOp>& ops, const std::vector<Group>& groups, const std::vector<bool>& keep,
-              const std::vector<int64_t>* autograd_saved, BudgetPlan* plan) {
+              const std::vector<int64_t>* autograd_saved, bool stops_early, BudgetPlan* plan) {
   plan->save = saveOf(groups, keep, ops.size());
   for (size_t g = 0; g < groups.size(); ++g) {
     if (!keep[g]) continue;
@@ -336,13 +392,14 @@ void fillPlan(const std::vector<ProfiledOp>& ops, const std::vector<Group>& grou
   if (autograd_saved != nullptr) {
     plan->skip = deadOps(ops, plan->save, *autograd_saved);
     for (size_t i = 0; i < ops.size(); ++i) plan->skipped_micros += plan->skip[i] ? ops[i].micros : 0;
+    plan->recompute_micros = recomputeMicros(ops, groups, keep, Recompute{*autograd_saved, stops_early});
   }
 }
 
 }  // namespace
 
 BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes,
-                      const std::vector<int64_t>* autograd_saved) {
+                      const std::vector<int64_t>* autograd_saved, bool stops_early) {
   const std::vector<Group> groups = groupsOf(ops);
   BudgetPlan plan = emptyPlan(groups, budget_bytes);
   std::vector<double> micros(groups.size());
@@ -388,16 +445,19 @@ BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes,
         for (size_t g = 0; g < groups.size(); ++g) b += k[g] ? groups[g].bytes : 0;
         return b;
       };
-      double best = recomputeMicros(ops, groups, keep, *autograd_saved);
-      for (std::vector<bool> other : {withForced(knapsack(groups, left, micros, holds_saved)),
-                                      greedy(ops, groups, left, *autograd_saved),
-                                      shrink(ops, groups, left, holds_saved, *autograd_saved)}) {
-        const double t = recomputeMicros(ops, groups, other, *autograd_saved);
+      const Recompute frame{*autograd_saved, stops_early};
+      double best = recomputeMicros(ops, groups, keep, frame);
+      std::vector<std::vector<bool>> others = stopPlans(ops, groups, left, micros);
+      others.push_back(withForced(knapsack(groups, left, micros, holds_saved)));
+      others.push_back(greedy(ops, groups, left, frame));
+      others.push_back(shrink(ops, groups, left, holds_saved, frame));
+      for (std::vector<bool>& other : others) {
+        const double t = recomputeMicros(ops, groups, other, frame);
         if (t < best || (t == best && bytesOf(other) < bytesOf(keep))) best = t, keep = std::move(other);
       }
     }
   }
-  fillPlan(ops, groups, keep, autograd_saved, &plan);
+  fillPlan(ops, groups, keep, autograd_saved, stops_early, &plan);
   return plan;
 }
 
@@ -415,14 +475,14 @@ PlanGroups planGroups(const std::vector<ProfiledOp>& ops) {
 }
 
 BudgetPlan planKeeping(const std::vector<ProfiledOp>& ops, int64_t budget_bytes, const std::vector<bool>& keep,
-                       const std::vector<int64_t>* autograd_saved) {
+                       const std::vector<int64_t>* autograd_saved, bool stops_early) {
   const std::vector<Group> groups = groupsOf(ops);
   TORCH_CHECK(keep.size() == groups.size(), "hpac budget: a plan keeping groups needs one flag per group: ",
               keep.size(), " given, the profile has ", groups.size());
   BudgetPlan plan = emptyPlan(groups, budget_bytes);
   std::vector<bool> kept(keep);
   for (size_t g = 0; g < groups.size(); ++g) kept[g] = kept[g] || groups[g].bytes == 0 || groups[g].collective;
-  fillPlan(ops, groups, kept, autograd_saved, &plan);
+  fillPlan(ops, groups, kept, autograd_saved, stops_early, &plan);
   return plan;
 }
 

@@ -79,6 +79,9 @@ struct BudgetPlan {
   double saved_micros = 0;    // kernel time the recompute no longer spends: saved ops
   double skipped_micros = 0;  // and skipped ops (Note [Dead ops are skipped])
   double total_micros = 0;    // kernel time of every profiled op
+  // Note [The recompute's fixed cost]: the recompute's predicted time, host gaps included, up to where it stops;
+  // -1 without dataflow (no saved-tensor hook reported, or skip_dead off).
+  double recompute_micros = -1;
   int64_t groups = 0;         // storage groups (Note [Budget as a knapsack])
   int64_t kept_groups = 0;
 };
@@ -103,11 +106,36 @@ constexpr int64_t kBudgetResolution = 4096;
 // still runs the same op sequence, so the replay checks hold. Views are never skipped
 // (they run no kernel) but pass need on to their base only when needed.
 //
+// Note [The recompute's fixed cost]
+// A recompute re-runs the region's code until it has what backward needs.
+// Every op it reaches costs the host time around it (module code, dispatch,
+// autograd recording, hooks: ProfiledOp::gap_micros), whether it is served,
+// skipped or run, and its kernel when it runs. Where it ends depends on the
+// frame: hpac's frames hold what needs no recompute and stop after the last
+// saved tensor they do not hold (Note [The recompute stops early],
+// replay/checkpoint.cpp); torch.utils.checkpoint's frame holds nothing and
+// stops after the last tensor autograd saved. On small layers the host time
+// is most of the recompute (docs/results.md, "Where the main job's recompute
+// time goes"), and a plan that weighs kernels only cannot see it: serving an
+// op removes its kernel, not its host time, while keeping what the tail of a
+// region saves lets an early-stopping recompute end before the tail and pay
+// nothing there. So the dataflow plans (Note [Planning with the dataflow])
+// are judged by the predicted recompute time: the gaps and the kernels that
+// run, over the ops up to where it stops (ProfiledOp::autograd_saves says
+// where each saved tensor is packed). And one family of candidates more: for
+// each op p during which autograd saved something, keep every group holding
+// what autograd saved after p, so that the recompute stops at p, and fill what
+// the budget leaves with the knapsack over the other groups. Profiles without
+// gaps and positions (plan files from before) are judged as before; estimated
+// costs (Note [Estimated op costs]) plan with the positions but no gaps, since
+// host time is measured, not estimated, and their plans must not move.
+//
 // The plan for a budget in bytes (>= 0; more than total_bytes keeps
 // everything). With autograd_saved (Note [What off keeps]) it also marks the
-// ops the recompute skips.
+// ops the recompute skips; `stops_early`: the frame holds what needs no
+// recompute and stops early (Note [The recompute's fixed cost]).
 BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes,
-                      const std::vector<int64_t>* autograd_saved = nullptr);
+                      const std::vector<int64_t>* autograd_saved = nullptr, bool stops_early = false);
 
 // Note [An exact oracle for the planner]
 // The knapsack is exact for its additive objective only up to its rounding
@@ -129,7 +157,7 @@ PlanGroups planGroups(const std::vector<ProfiledOp>& ops);
 // groups without bytes and collectives are kept whatever it says), with every
 // field planBudget fills; it may exceed budget_bytes.
 BudgetPlan planKeeping(const std::vector<ProfiledOp>& ops, int64_t budget_bytes, const std::vector<bool>& keep,
-                       const std::vector<int64_t>* autograd_saved = nullptr);
+                       const std::vector<int64_t>* autograd_saved = nullptr, bool stops_early = false);
 
 // Note [Dead ops are skipped]: which ops a recompute that is served `save`
 // need not run.

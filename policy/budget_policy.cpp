@@ -78,9 +78,14 @@ class BudgetPolicy final : public Policy {
 
   void observe(const OpContext&, const ProfiledOp& profile) override { profile_.push_back(profile); }
   void observeAutogradSaved(int64_t storage_id) override {
-    if (storage_id >= 0) autograd_saved_.push_back(storage_id);
+    // Note [The recompute's fixed cost]: saved while the op observe() will hear of next was the last one counted.
+    if (storage_id >= 0) {
+      autograd_saved_.push_back(storage_id);
+      saved_at_.push_back(profile_.size());
+    }
     saw_saved_hook_ = true;
   }
+  void observeFrameHolds() override { frame_holds_ = true; }
 
   CheckpointPolicy decide(const OpContext& ctx) override {
     switch (stage_) {
@@ -132,8 +137,15 @@ class BudgetPolicy final : public Policy {
   }
 
   void onPhaseBegin(bool is_recompute) override {
-    if (!is_recompute) position_ = 0, diverged_ = false, profile_.clear(), autograd_saved_.clear(),
-                         saw_saved_hook_ = false;
+    if (!is_recompute) {
+      position_ = 0;
+      diverged_ = false;
+      profile_.clear();
+      autograd_saved_.clear();
+      saved_at_.clear();
+      saw_saved_hook_ = false;
+      frame_holds_ = false;
+    }
     if (selective_) selective_->onPhaseBegin(is_recompute);
   }
 
@@ -141,8 +153,11 @@ class BudgetPolicy final : public Policy {
     if (is_recompute) return;
     if (stage_ == BudgetRegion::Stage::kProfiling) {
       std::optional<std::vector<int64_t>> saved;
+      for (size_t j = 0; j < saved_at_.size() && !profile_.empty(); ++j) {
+        profile_[std::min(saved_at_[j], profile_.size() - 1)].autograd_saves.push_back(autograd_saved_[j]);
+      }
       if (saw_saved_hook_) saved = std::move(autograd_saved_);
-      region_->finishProfile(std::move(profile_), std::move(saved), completed);
+      region_->finishProfile(std::move(profile_), std::move(saved), frame_holds_, completed);
     } else if (stage_ == BudgetRegion::Stage::kPlanned && completed && (diverged_ || position_ != keys_->size())) {
       region_->planDiverged();
     }
@@ -178,7 +193,9 @@ class BudgetPolicy final : public Policy {
   bool covers_off_ = false;  // Note [Frames hold what needs no recompute]
   std::vector<ProfiledOp> profile_;
   std::vector<int64_t> autograd_saved_;  // storage ids (Note [What off keeps])
+  std::vector<size_t> saved_at_;         // per autograd_saved_ entry: its op (Note [The recompute's fixed cost])
   bool saw_saved_hook_ = false;
+  bool frame_holds_ = false;
   std::unique_ptr<SelectivePolicy> selective_;
 };
 
@@ -223,7 +240,7 @@ bool BudgetRegion::planFor(std::shared_ptr<const std::vector<std::pair<const voi
 }
 
 void BudgetRegion::finishProfile(std::vector<ProfiledOp> profile, std::optional<std::vector<int64_t>> autograd_saved,
-                                 bool completed) {
+                                 bool frame_holds, bool completed) {
   if (!completed) return;  // a forward that failed half way profiles nothing
   std::lock_guard<std::mutex> lock(mutex_);
   if (stage_ != Stage::kProfiling) return;  // another invocation finished the profile first
@@ -239,18 +256,24 @@ void BudgetRegion::finishProfile(std::vector<ProfiledOp> profile, std::optional<
                         });
   if (!same_ops) profiled_micros_.clear();
   std::vector<double> micros;
-  micros.reserve(profile.size());
+  micros.reserve(2 * profile.size());
   for (const ProfiledOp& p : profile) micros.push_back(p.micros);
+  for (const ProfiledOp& p : profile) micros.push_back(p.gap_micros);  // Note [The recompute's fixed cost]
   profiled_micros_.push_back(std::move(micros));
   profile_ = std::move(profile);
   ++profiles_;
   if (static_cast<int64_t>(profiled_micros_.size()) < spec_.profile_invocations) return;
-  for (size_t i = 0; i < profile_.size(); ++i) {
+  auto median = [&](size_t k) {
     std::vector<double> samples;
-    for (const auto& m : profiled_micros_) samples.push_back(m[i]);
+    for (const auto& m : profiled_micros_) samples.push_back(m[k]);
     std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-    profile_[i].micros = spec_.cost == BudgetCost::kEstimated ? profile_[i].estimated_micros
-                                                              : samples[samples.size() / 2];
+    return samples[samples.size() / 2];
+  };
+  for (size_t i = 0; i < profile_.size(); ++i) {
+    profile_[i].micros = spec_.cost == BudgetCost::kEstimated ? profile_[i].estimated_micros : median(i);
+    // Note [The recompute's fixed cost]: host time is measured, never estimated; estimated costs plan without it, so
+    // that their plan stays the same in every run (Note [Estimated op costs]).
+    profile_[i].gap_micros = spec_.cost == BudgetCost::kEstimated ? 0 : median(profile_.size() + i);
   }
   profiled_micros_.clear();
   // Note [What off keeps]: the fraction's 1.0 is what autograd saved of the region's outputs; without a
@@ -260,7 +283,8 @@ void BudgetRegion::finishProfile(std::vector<ProfiledOp> profile, std::optional<
   const int64_t budget =
       spec_.bytes >= 0 ? spec_.bytes : static_cast<int64_t>(std::floor(spec_.fraction * static_cast<double>(base)));
   autograd_saved_ = std::move(autograd_saved);
-  plan_ = planBudget(profile_, budget, autograd_saved_ && spec_.skip_dead ? &*autograd_saved_ : nullptr);
+  frame_holds_ = frame_holds;
+  plan_ = planBudget(profile_, budget, autograd_saved_ && spec_.skip_dead ? &*autograd_saved_ : nullptr, frame_holds_);
   plan_.off_bytes = off;
   keys_ = keysOf(profile_);
   save_ = std::make_shared<const std::vector<bool>>(plan_.save);
@@ -313,7 +337,7 @@ std::string BudgetRegion::planTextKeeping(const std::vector<bool>& keep) const {
   TORCH_CHECK(stage_ == Stage::kPlanned && !profile_.empty(), "hpac budget: the region has no profile to plan "
               "from (stage '", toString(stage_), "'); plans exist after the region's profile, while it is planned");
   BudgetPlan plan = planKeeping(profile_, plan_.budget_bytes, keep,
-                                autograd_saved_ && spec_.skip_dead ? &*autograd_saved_ : nullptr);
+                                autograd_saved_ && spec_.skip_dead ? &*autograd_saved_ : nullptr, frame_holds_);
   plan.off_bytes = plan_.off_bytes;
   return planFileText(profile_, plan);
 }

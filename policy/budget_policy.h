@@ -103,8 +103,9 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
   // Internal to the policy objects of this region.
   // autograd_saved: storage ids the saved-tensor hook reported (Note [What off
   // keeps]); nullopt when no hook reported.
+  // frame_holds: Policy::observeFrameHolds() was called (Note [The recompute's fixed cost]).
   void finishProfile(std::vector<ProfiledOp> profile, std::optional<std::vector<int64_t>> autograd_saved,
-                     bool completed);
+                     bool frame_holds, bool completed);
   void planDiverged();
   // covers_off: the plan's budget holds everything off keeps (Note [Frames hold what needs no recompute]).
   bool planFor(std::shared_ptr<const std::vector<std::pair<const void*, int64_t>>>* keys,
@@ -122,6 +123,7 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
   std::vector<std::vector<double>> profiled_micros_;
   BudgetPlan plan_;
   std::optional<std::vector<int64_t>> autograd_saved_;  // of the profile plan_ came from (Note [What off keeps])
+  bool frame_holds_ = false;  // and its frame (Note [The recompute's fixed cost])
   std::shared_ptr<const std::vector<std::pair<const void*, int64_t>>> keys_;  // (op, occurrence) in order
   std::shared_ptr<const std::vector<bool>> save_;
   std::shared_ptr<const std::vector<bool>> skip_;  // Note [Dead ops are skipped]; empty: none

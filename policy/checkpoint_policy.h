@@ -92,6 +92,11 @@ class Policy {
   // input, a parameter) (Note [What off keeps] in policy/budget_plan.h).
   // Called through the checkpoint's saved-tensor hook.
   virtual void observeAutogradSaved(int64_t storage_id) {}
+  // While profiling: the frame around this forward holds what needs no
+  // recompute and stops its recompute early (hpac's frames; torch.utils.
+  // checkpoint's does neither): Note [The recompute's fixed cost] in
+  // policy/budget_plan.h. Called from Invocation::holdSaved.
+  virtual void observeFrameHolds() {}
   // Asked right after a forward decide() that answered recompute: whether the
   // recompute may skip this op's kernel because nothing backward needs
   // depends on it (Note [Dead ops are skipped], policy/budget_plan.h). The

@@ -45,6 +45,14 @@ struct ProfiledOp {
   // A collective (c10d, _c10d_functional): always kept (Note [Collectives are
   // kept by every plan]).
   bool collective = false;
+  // Note [The recompute's fixed cost] (policy/budget_plan.h): the host time
+  // between the previous counted op's end and this op's start (module code,
+  // dispatch, autograd recording, the ops hpac ignores), which a recompute
+  // that reaches this op pays whatever the plan keeps; and the storage ids of
+  // the tensors autograd saved for backward while this op was the last one
+  // counted (its arguments before it ran, its results after).
+  double gap_micros = 0;
+  std::vector<int64_t> autograd_saves;
 };
 
 }  // namespace hpac

@@ -14,6 +14,7 @@
 #include <torch/csrc/autograd/saved_variable_hooks.h>
 
 #include <algorithm>
+#include <limits>
 #include <mutex>
 #include <sstream>
 
@@ -31,6 +32,24 @@ struct PackedMeta {
 };
 
 class Frame;
+
+// Note [The recompute stops early]
+// A recompute exists to give backward the saved tensors the frame does not
+// hold (Note [Frames hold what needs no recompute]). Once it has packed the
+// last of them, whatever the checkpointed function still runs makes nothing
+// backward reads: its module code, dispatch, autograd recording and kernels
+// are pure cost. So the recompute stops there, as torch.utils.checkpoint's
+// early stop does: the pack hook that receives the last tensor wanted throws
+// StopRecompute, which unwinds the function (RAII restores what it changed;
+// the region's phase ends unfinished, which releases the kept entries the
+// recompute never reached without a warning) and is caught by the frame. The
+// difference from torch's is what counts as wanted: torch's frame holds
+// nothing, so its recompute runs to the last tensor autograd saved; hpac's
+// stops at the last one it does not hold. A plan that keeps what the tail of a
+// region saves lets the recompute stop before the tail (Note [Planning with
+// the dataflow], policy/budget_plan.h). The determinism check covers the
+// tensors the recompute produced.
+struct StopRecompute {};
 
 // Which frame the tensors autograd saves on this thread belong to, and whether
 // they are the forward's (placeholders) or the recompute's (kept for unpack).
@@ -60,6 +79,7 @@ class Frame : public std::enable_shared_from_this<Frame> {
         preserve_rng_(options.preserve_rng_state),
         determinism_check_(options.determinism_check),
         hold_saved_(options.hold_saved),
+        early_stop_(options.early_stop),
         invocation_(options.policy, InvocationOptions{options.allow_cache_mutation, options.explain, options.routing,
                                                       options.state_writes, options.respect_saved_tensors_hooks}),
         stats_out_(options.stats_out) {
@@ -96,7 +116,11 @@ class Frame : public std::enable_shared_from_this<Frame> {
     fn_ = nullptr;
   }
 
-  void recomputePack(const at::Tensor& t) { recomputed_.push_back(detachedAlias(t)); }
+  // Note [The recompute stops early]
+  void recomputePack(const at::Tensor& t) {
+    recomputed_.push_back(detachedAlias(t));
+    if (recomputed_.size() > stop_after_) throw StopRecompute{};
+  }
 
   at::Tensor unpack(size_t index, const at::Tensor& held, uint32_t version) {
     if (held.defined()) {
@@ -126,13 +150,22 @@ class Frame : public std::enable_shared_from_this<Frame> {
     }
     recomputed_.clear();
     recomputed_.reserve(packed_.size());
-    {
+    // Note [The recompute stops early]: the last placeholder the frame does not hold, or the one asked for.
+    stop_after_ = early_stop_ ? wanted : std::numeric_limits<size_t>::max();
+    for (size_t i = held_.size(); early_stop_ && i-- > wanted + 1;) {
+      if (!held_[i]) {
+        stop_after_ = i;
+        break;
+      }
+    }
+    try {
       c10::optional<RngFork> rng;
       if (preserve_rng_) rng.emplace(rng_);
       at::AutoGradMode grad_enabled(true);
       PackScope pack(this, /*recompute=*/true);
       RegionGuard region(invocation_, Phase::kRecompute);
       fn_(inputs);  // outputs dropped: only what autograd saved is needed
+    } catch (const StopRecompute&) {
     }
     if (determinism_check_) checkDeterminism();
     // Held tensors come from their placeholders; the recompute's aliases of them would only outlive those.
@@ -142,13 +175,15 @@ class Frame : public std::enable_shared_from_this<Frame> {
   }
 
   void checkDeterminism() const {
-    TORCH_CHECK(recomputed_.size() == packed_.size(), "hpac: checkpoint invocation ", invocation_.id(),
+    // A recompute that stopped early produced a prefix (Note [The recompute stops early]).
+    const bool prefix = early_stop_ && recomputed_.size() == stop_after_ + 1;
+    TORCH_CHECK(recomputed_.size() == packed_.size() || prefix, "hpac: checkpoint invocation ", invocation_.id(),
                 " is not deterministic: the forward saved ", packed_.size(),
                 " tensors for backward but the recompute saved ", recomputed_.size(),
                 ". The checkpointed function must run the same ops in backward as in forward (no "
                 "data-dependent branches on state that changes); set determinism_check=false only if the "
                 "difference is known to be harmless.");
-    for (size_t i = 0; i < packed_.size(); ++i) {
+    for (size_t i = 0; i < recomputed_.size() && i < packed_.size(); ++i) {
       const PackedMeta& m = packed_[i];
       const at::Tensor& r = recomputed_[i];
       if (r.sizes() != c10::IntArrayRef(m.sizes) || r.scalar_type() != m.dtype || r.device() != m.device) {
@@ -168,11 +203,13 @@ class Frame : public std::enable_shared_from_this<Frame> {
   const bool preserve_rng_;
   const bool determinism_check_;
   const bool hold_saved_;
+  const bool early_stop_;
   RngState rng_;
   Invocation invocation_;
   std::vector<PackedMeta> packed_;
   std::vector<bool> held_;  // per placeholder: its tensor is held (Note [Frames hold what needs no recompute])
   std::vector<at::Tensor> recomputed_;
+  size_t stop_after_ = 0;  // the recompute's last placeholder (Note [The recompute stops early])
   std::shared_ptr<InvocationStats> stats_out_;
   std::mutex mutex_;
 };

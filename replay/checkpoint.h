@@ -63,6 +63,9 @@ struct CheckpointOptions {
   // frame; when every one is, backward does not re-run fn (Note [Frames hold what needs no recompute]). False: a
   // placeholder for each, and every backward re-runs fn (to measure the recompute itself).
   bool hold_saved = true;
+  // The recompute stops once it has every saved tensor the frame does not hold (Note [The recompute stops early],
+  // replay/checkpoint.cpp). False: it runs fn to the end, as before (torch's set_checkpoint_early_stop(False)).
+  bool early_stop = true;
   // Reentrant path only: tensors fn uses that need gradients besides inputs.
   std::vector<at::Tensor> parameters;
   // If set, receives the stats of this checkpoint's invocation when the last

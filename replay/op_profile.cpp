@@ -16,9 +16,13 @@ void OpProfile::begin(bool active) {
   last_.reset();
   last_op_.reset();
   pending_reads_.clear();
+  last_end_ = std::chrono::steady_clock::now();
 }
 
 void OpProfile::noteArguments(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  // Note [The recompute's fixed cost]: taken first, so the profile's own bookkeeping is not counted.
+  pending_gap_micros_ =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - last_end_).count();
   // Note [Dead ops are skipped]: the op's reads; Note [Estimated op costs]: its work.
   const size_t num_args = op.schema().arguments().size();
   pending_work_ = argumentWork(op, stack);
@@ -90,9 +94,12 @@ void OpProfile::record(Policy& policy, const c10::OperatorHandle& op, int64_t oc
   }
   profile.skippable = DeadOps::skippable(op, stack);
   profile.collective = name.name.rfind("c10d::", 0) == 0 || name.name.rfind("_c10d_functional::", 0) == 0;
+  profile.gap_micros = pending_gap_micros_;
+  pending_gap_micros_ = 0;
   flush(policy);
   last_ = std::make_unique<ProfiledOp>(std::move(profile));
   last_op_ = op;
+  last_end_ = std::chrono::steady_clock::now();
 }
 
 void OpProfile::noteIgnored(const c10::OperatorHandle& op) {

@@ -26,6 +26,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -63,6 +64,10 @@ class OpProfile {
   StorageIds ids_;                  // Note [Profile storage ids]
   std::vector<int64_t> pending_reads_;  // storage ids of the running op's tensor arguments
   OpWork pending_work_;                 // the running op's flops and argument bytes
+  // Note [The recompute's fixed cost] (policy/budget_plan.h): when the last counted op (or the phase) ended, and
+  // the host time from then to the running op's start.
+  std::chrono::steady_clock::time_point last_end_;
+  double pending_gap_micros_ = 0;
   std::unique_ptr<ProfiledOp> last_;    // handed to the policy when the next counted op arrives
   std::optional<c10::OperatorHandle> last_op_;
 };

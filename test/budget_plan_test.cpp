@@ -47,6 +47,34 @@ TEST(BudgetPlan, KeepingWhatAutogradSavesLetsTheRecomputeSkipItsProducers) {
   EXPECT_EQ(plan.kept_bytes, 200);
 }
 
+// Note [The recompute's fixed cost], by hand: six ops in a chain, each 20 µs of host time around a kernel (mm 30 µs,
+// the rest 1 µs), each saving its own 100-byte result for backward; 300 bytes to keep. A frame that recomputes to
+// the end pays all six gaps whatever is kept, so the plan keeps mm and two others (120 + 3 µs). A frame that stops
+// after the last tensor it does not hold makes keeping the tail worth its gaps: keeping mm and the last two stops
+// the recompute after the fourth op (80 µs of gaps, 3 µs of kernels).
+TEST(BudgetPlan, AFrameThatStopsEarlyMakesKeepingTheTailWorthItsHostTime) {
+  std::vector<ProfiledOp> ops;
+  std::vector<int64_t> saved;
+  for (int64_t i = 0; i < 6; ++i) {
+    ProfiledOp p = flow(i == 0 ? "aten::mm" : "aten::tanh", i == 0 ? 30 : 1, {i}, i + 1, 100);
+    p.occurrence = i == 0 ? 0 : i - 1;
+    p.gap_micros = 20;
+    p.autograd_saves = {i + 1};
+    saved.push_back(i + 1);
+    ops.push_back(std::move(p));
+  }
+  const BudgetPlan to_the_end = planBudget(ops, 300, &saved, /*stops_early=*/false);
+  EXPECT_TRUE(to_the_end.save[0]);
+  EXPECT_EQ(to_the_end.kept_bytes, 300);
+  EXPECT_DOUBLE_EQ(to_the_end.recompute_micros, 123.0);
+  const BudgetPlan stopping = planBudget(ops, 300, &saved, /*stops_early=*/true);
+  EXPECT_EQ(stopping.save, (std::vector<bool>{true, false, false, false, true, true}));
+  EXPECT_DOUBLE_EQ(stopping.recompute_micros, 83.0);
+  // Without positions (a profile from before they were recorded) the recompute reaches every op.
+  for (ProfiledOp& p : ops) p.autograd_saves.clear();
+  EXPECT_DOUBLE_EQ(planBudget(ops, 300, &saved, true).recompute_micros, 123.0);
+}
+
 // Note [An exact oracle for the planner]: the groups of a profile, and the plan of a choice made elsewhere with
 // the fields planBudget fills. Keeping relu and tanh of the chain is the planner's own choice within 200 bytes;
 // keeping mm alone leaves relu and tanh to recompute (2 µs) and nothing to skip, over any budget.

@@ -53,6 +53,7 @@ Step step(const Problem& p, const PolicyFactory& policy, bool checkpointed, int 
   CheckpointOptions o;
   o.policy = policy;
   o.stats_out = stats;
+  o.early_stop = false;  // these tests count every op of the recompute (Note [The recompute stops early])
   at::Tensor y = checkpointed ? checkpoint([&](const at::Tensor& in) { return body(p, in, extra); }, p.x, o)
                               : body(p, p.x, extra);
   Step s{torch::autograd::grad({(y * y).sum()}, p.params()), {}};
@@ -143,6 +144,7 @@ TEST(BudgetPolicy, OpsNothingBackwardNeedsAreSkippedInTheRecompute) {
     o.policy = region->factory();
     o.stats_out = stats;
     o.hold_saved = false;  // the recompute runs (as under torch.utils.checkpoint): Note [Frames hold what needs no recompute]
+    o.early_stop = false;  // to its end: this test counts every skipped op
     EXPECT_TRUE(Matches(torch::autograd::grad({checkpoint(fn, x, o)}, {x, w1, w2}), off)) << i;
     if (i == 0) continue;  // the profile
     EXPECT_EQ(stats->served, 2) << i;
@@ -495,7 +497,7 @@ StabilityRun stability(int64_t profile_invocations, double sigma, double busy_sh
       for (int64_t k = 0; k < profile_invocations; ++k) {
         std::vector<ProfiledOp> profile = ops;
         for (size_t i = 0; i < profile.size(); ++i) profile[i].micros = truth[i] * noise(rng) * (busy(rng) ? 3 : 1);
-        region.finishProfile(std::move(profile), std::nullopt, true);
+        region.finishProfile(std::move(profile), std::nullopt, /*frame_holds=*/false, true);
       }
       EXPECT_EQ(region.status().stage, BudgetRegion::Stage::kPlanned);
       plans.push_back(region.status().plan);

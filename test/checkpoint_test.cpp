@@ -2,6 +2,7 @@
 // without checkpointing (full and selective, backward() and autograd::grad),
 // recompute evidence, memory ordering, reentrant variant, determinism check,
 // extra backward, backward on another thread, inputs without grad.
+#include "policy/field_policies.h"
 #include "policy/selective_policy.h"
 #include "replay/checkpoint.h"
 #include "test/support/parity.h"
@@ -45,13 +46,15 @@ TEST_P(ParityTest, LossAndGradientsEqualNoCheckpointing) {
   EXPECT_EQ(ck.stats.recomputes, 3);
   EXPECT_GT(ck.stats.ops_recompute, 0);
   EXPECT_GT(ck.stats.recomputed, 0);
+  // Note [The recompute stops early]: each block's recompute ends at the last tensor autograd saved; the ops
+  // after it (the residual add, ...) do not run again.
+  EXPECT_LT(ck.stats.ops_recompute, ck.stats.ops_forward);
   if (GetParam() == CheckpointMode::kSelective) {
     EXPECT_GT(ck.stats.saved, 0);
-    EXPECT_EQ(ck.stats.served, ck.stats.saved);  // every saved output served exactly once
-    EXPECT_EQ(ck.stats.ops_recompute, ck.stats.ops_forward);
+    EXPECT_EQ(ck.stats.served + ck.stats.unserved, ck.stats.saved);  // every saved output served once or released
   } else {
     EXPECT_EQ(ck.stats.saved, 0);
-    EXPECT_EQ(ck.stats.recomputed, ck.stats.ops_forward);
+    EXPECT_EQ(ck.stats.recomputed, ck.stats.ops_recompute);
   }
 }
 
@@ -103,6 +106,7 @@ TEST(Checkpoint, OddMatmulCountInOneRegion) {
   CheckpointOptions o;
   o.policy = selectivePolicy();
   o.stats_out = stats;
+  o.early_stop = false;  // this test counts every op of the recompute (Note [The recompute stops early])
   at::Tensor y = checkpoint(fn, x, o);
   const auto got = torch::autograd::grad({y.sum()}, {x, w});
   y = at::Tensor();  // drop the graph: the frame reports its stats
@@ -171,6 +175,58 @@ TEST(Checkpoint, NondeterministicRegionIsReported) {
   int calls = 0;
   // The recompute takes another branch: it saves a different number of tensors.
   auto fn = [&](const at::Tensor& in) { return ++calls == 1 ? in.exp() : in.sin().cos(); };
+  CheckpointOptions o;
+  o.early_stop = false;  // stopped after the first saved tensor, the recompute would not reach the difference
+  at::Tensor y = checkpoint(fn, x, o);
+  try {
+    y.sum().backward();
+    FAIL() << "expected a determinism error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not deterministic"), std::string::npos) << e.what();
+  }
+}
+
+// Note [The recompute stops early]: the recompute ends once it has packed the last saved tensor the frame does not
+// hold; what fn runs after it is neither dispatched nor counted. exp, sin, exp, cos, mul, add: autograd saves a (exp
+// its result, after it ran; sin its argument, before it runs) and c (the same by the second exp and cos).
+TEST(Checkpoint, TheRecomputeStopsAfterTheLastTensorTheFrameDoesNotHold) {
+  const at::Tensor x = at::randn({4, 4}).set_requires_grad(true);
+  auto fn = [](const at::Tensor& in) { return in.exp().sin().exp().cos() * 2 + 1; };
+  const auto want = torch::autograd::grad({fn(x).sum()}, {x});
+  struct Case {
+    PolicyFactory policy;
+    bool early_stop;
+    int64_t ops_recompute;  // of the forward's 6
+    int64_t served;
+  };
+  // Full: the recompute stops as cos saves c, before cos runs (3 ops; cos, mul and add do not run). Keeping the
+  // second exp's output (c) lets the frame hold c: it stops as sin saves a (1 op; the kept c is released unserved).
+  const Case cases[] = {{{}, true, 3, 0},
+                        {{}, false, 6, 0},
+                        {occurrencePolicy({"aten::exp@1"}), true, 1, 0},
+                        {occurrencePolicy({"aten::exp@1"}), false, 6, 1}};
+  for (const Case& c : cases) {
+    auto stats = std::make_shared<InvocationStats>();
+    CheckpointOptions o;
+    o.policy = c.policy;
+    o.early_stop = c.early_stop;
+    o.stats_out = stats;
+    at::Tensor y = checkpoint(fn, x, o);
+    const auto got = torch::autograd::grad({y.sum()}, {x});
+    y = at::Tensor();
+    EXPECT_TRUE(Matches(got, want));
+    EXPECT_EQ(stats->ops_forward, 6);
+    EXPECT_EQ(stats->recomputes, 1);
+    EXPECT_EQ(stats->ops_recompute, c.ops_recompute) << c.early_stop;
+    EXPECT_EQ(stats->served, c.served) << c.early_stop;
+  }
+}
+
+// The determinism check covers the prefix an early-stopped recompute produced.
+TEST(Checkpoint, AnEarlyStoppedRecomputeIsStillCheckedForDeterminism) {
+  const at::Tensor x = at::randn({4, 4}).set_requires_grad(true);
+  int calls = 0;
+  auto fn = [&](const at::Tensor& in) { return (++calls == 1 ? in.exp() : in.sum(0).exp()).sin() * 2; };
   at::Tensor y = checkpoint(fn, x);
   try {
     y.sum().backward();
@@ -237,6 +293,7 @@ TEST(Checkpoint, WritesToOutsideTensorsAreMadeOnceWithSkip) {
       CheckpointOptions o;
       if (!full) o.policy = selectivePolicy();
       o.state_writes = rule;
+      o.early_stop = false;  // stopped early, the recompute would end before the write (Note [The recompute stops early])
       auto stats = std::make_shared<InvocationStats>();
       o.stats_out = stats;
       at::Tensor y = checkpoint(fn, x, o);

@@ -136,8 +136,9 @@ def test_ops_nothing_backward_needs_are_skipped_unless_told_not_to(skip_dead):
     for step in range(3):
         hpac.reset_global_stats()
         # hold_saved=False: the recompute runs although the plan keeps what off keeps (Note [Frames hold what needs
-        # no recompute]), as it does under torch.utils.checkpoint's frame.
-        assert_same(torch.autograd.grad(hpac.checkpoint(fn, x, policy=b, hold_saved=False), [x, w1, w2]), ref)
+        # no recompute]), as it does under torch.utils.checkpoint's frame, and to its end (early_stop=False).
+        assert_same(torch.autograd.grad(hpac.checkpoint(fn, x, policy=b, hold_saved=False, early_stop=False),
+                                        [x, w1, w2]), ref)
         stats = hpac.global_stats()
         if step:
             assert (stats["served"], stats["skipped"], stats["recomputed"]) == ((2, 3, 0) if skip_dead else (2, 0, 3))

@@ -84,7 +84,10 @@ def test_explain_a_budget_explains_its_plan_not_its_profile():
     assert all(r["rule"].startswith("budget plan entry") for r in rows if r["phase"] == "forward"
                and r["decision"] != "ignore")
     skipped = [r for r in rows if r["decision"] == "skip"]
-    assert len(skipped) == out.data["stats"]["skipped"] == budget.status()["skipped_ops"] > 0
+    # Note [The recompute stops early]: the recompute ends at the last saved tensor the frame does not hold, so the
+    # plan's skips after it are never reached.
+    assert len(skipped) == out.data["stats"]["skipped"] > 0
+    assert len(skipped) <= budget.status()["skipped_ops"]
     assert sum(r["decision"] == "serve" for r in rows) == out.data["stats"]["served"] > 0
     whole = hpac.budget(1.0)
     out = hpac.explain(block, x, policy=whole, modes=("off",))

@@ -196,8 +196,10 @@ TEST_F(Level0, SelectiveSavesWhatThePolicySays) {
       EXPECT_EQ(ls.invocations, 1);
       EXPECT_EQ(ls.totals.recomputes, 1);
       EXPECT_EQ(ls.totals.saved, expected_saved) << "step " << s << " layer " << l << " experts hit " << hit;
-      EXPECT_EQ(ls.totals.served, expected_saved);
-      EXPECT_EQ(ls.totals.ops_recompute, ls.totals.ops_forward);
+      // Note [The recompute stops early]: the recompute ends at the layer's last saved tensor, so a kept output
+      // after it is released unserved and the ops after it do not run again.
+      EXPECT_EQ(ls.totals.served + ls.totals.unserved, expected_saved);
+      EXPECT_LE(ls.totals.ops_recompute, ls.totals.ops_forward);
       EXPECT_EQ(ls.totals.recomputed, ls.totals.ops_recompute - ls.totals.served);
       EXPECT_GT(ls.totals.saved_bytes, 0);
     }

@@ -27,6 +27,11 @@ def _cuda_devices(tensors):
     return sorted({t.device.index for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda})
 
 
+class _StopRecompute(Exception):
+    """Raised by the recompute's pack hook once it has every tensor backward wants from it (Note [The recompute
+    stops early], replay/checkpoint.cpp); caught by the frame."""
+
+
 class _Placeholder:
     """What autograd keeps for one saved tensor: its index in the frame, and the tensor itself (`held`, with its
     version then) when the region keeps it anyway (Note [Frames hold what needs no recompute], replay/invocation.h)."""
@@ -43,8 +48,9 @@ class _Frame:
     """State of one hpac.checkpoint call; owned by the placeholders in the graph."""
 
     def __init__(self, fn, args, kwargs, invocation, preserve_rng_state, determinism_check, outer_hooks=None,
-                 hold_saved=True):
+                 hold_saved=True, early_stop=True):
         self.fn = fn
+        self.early_stop = early_stop
         self.kwargs = kwargs
         # The inputs the recompute needs: through the saved_tensors_hooks around the checkpoint, as autograd saves
         # torch.utils.checkpoint's (Note [Outer saved-tensor hooks], replay/outer_hooks.h).
@@ -124,25 +130,33 @@ class _Frame:
         inputs = [unpack(a).detach().requires_grad_(rg) if is_tensor else a
                   for a, rg, is_tensor in zip(self.args, self.requires_grad, self.is_tensor)]
         collected = []
+        # Note [The recompute stops early] (replay/checkpoint.cpp): after the last placeholder not held, or the one
+        # asked for, nothing the function still runs is read by backward.
+        stop_after = max([wanted] + [i for i, held in enumerate(self.held) if not held]) if self.early_stop else None
 
         def pack(tensor):
             collected.append(tensor.detach())
+            if stop_after is not None and len(collected) > stop_after:
+                raise _StopRecompute()
             return None
 
         def unpack(_):
             raise RuntimeError("hpac: a tensor saved during a checkpoint recompute was unpacked")
 
-        with self._forward_rng(), torch.enable_grad(), \
-                torch.autograd.graph.saved_tensors_hooks(pack, unpack), self.invocation.region("recompute"):
-            self.fn(*inputs, **self.kwargs)
+        try:
+            with self._forward_rng(), torch.enable_grad(), \
+                    torch.autograd.graph.saved_tensors_hooks(pack, unpack), self.invocation.region("recompute"):
+                self.fn(*inputs, **self.kwargs)
+        except _StopRecompute:
+            pass
         if self.determinism_check:
-            self._check(collected)
+            self._check(collected, stop_after)
         # Held tensors come from their placeholders; the recompute's aliases of them would only outlive those.
         self.recomputed = {i: t for i, t in enumerate(collected) if i == wanted or i >= len(self.held) or not self.held[i]}
 
-    def _check(self, collected):
+    def _check(self, collected, stop_after):
         inv = self.invocation.id
-        if len(collected) != len(self.meta):
+        if len(collected) != len(self.meta) and (stop_after is None or len(collected) != stop_after + 1):
             raise RuntimeError(
                 f"hpac: checkpoint invocation {inv} is not deterministic: the forward saved {len(self.meta)} "
                 f"tensors for backward but the recompute saved {len(collected)}. The checkpointed function must run "
@@ -158,7 +172,8 @@ class _Frame:
 def checkpoint(fn: Callable, *args: Any, policy: PolicyLike = "selective", preserve_rng_state: bool = True,
                determinism_check: Union[str, bool] = "default", allow_cache_entry_mutation: bool = False,
                routing: str = "verify", state_writes: str = "warn", respect_saved_tensors_hooks: bool = True,
-               allow_cache_mutation: Union[bool, None] = None, hold_saved: bool = True, **kwargs: Any) -> Any:
+               allow_cache_mutation: Union[bool, None] = None, hold_saved: bool = True, early_stop: bool = True,
+               **kwargs: Any) -> Any:
     """Non-reentrant checkpoint of fn(*args, **kwargs) with the policy run by hpac in C++.
 
     Works on torch 1.13 (no context_fn there): autograd's saved tensors become placeholders
@@ -185,6 +200,8 @@ def checkpoint(fn: Callable, *args: Any, policy: PolicyLike = "selective", prese
         hold_saved: saved tensors that need no recompute (the policy keeps them, or fn did not make them: inputs,
             parameters) are held by the frame, and when every one is, backward does not re-run fn (a budget of 1.0,
             "save_all"; Note [Frames hold what needs no recompute]). False: every backward re-runs fn.
+        early_stop: the recompute stops once it has every saved tensor the frame does not hold (Note [The
+            recompute stops early]); False runs fn to the end (torch's set_checkpoint_early_stop(False)).
         **kwargs: fn's keyword arguments.
 
     Returns:
@@ -205,12 +222,13 @@ def checkpoint(fn: Callable, *args: Any, policy: PolicyLike = "selective", prese
     if isinstance(owner, torch.nn.Module):
         inv.name_state(owner)  # messages name the buffer a recompute writes again (Note [State written twice])
     return checkpoint_with(inv, fn, *args, preserve_rng_state=preserve_rng_state, determinism_check=check,
-                           _inputs_through_hooks=respect_saved_tensors_hooks, hold_saved=hold_saved, **kwargs)
+                           _inputs_through_hooks=respect_saved_tensors_hooks, hold_saved=hold_saved,
+                           early_stop=early_stop, **kwargs)
 
 
 def checkpoint_with(invocation, fn: Callable, *args: Any, preserve_rng_state: bool = True,
                     determinism_check: Union[str, bool] = "default", _inputs_through_hooks: bool = True,
-                    hold_saved: bool = True, **kwargs: Any) -> Any:
+                    hold_saved: bool = True, early_stop: bool = True, **kwargs: Any) -> Any:
     """hpac.checkpoint's machinery around any invocation-like object: one with `.id` and a context manager
     `.region(phase)` for phase 'forward' / 'recompute' (benchmarks plug a Python dispatch mode in here)."""
     if not torch.is_grad_enabled():
@@ -218,7 +236,7 @@ def checkpoint_with(invocation, fn: Callable, *args: Any, preserve_rng_state: bo
     # torch >= 2.0 says which hooks are around the call (1.13 cannot: the frame holds its inputs itself there).
     outer = _TOP_HOOKS(False) if _TOP_HOOKS is not None and _inputs_through_hooks else None
     frame = _Frame(fn, args, kwargs, invocation, preserve_rng_state, _determinism_check_on(determinism_check), outer,
-                   hold_saved)
+                   hold_saved, early_stop)
     with torch.autograd.graph.saved_tensors_hooks(frame.pack, frame.unpack), frame.forward_region:
         out = fn(*args, **kwargs)
     frame.end_forward()
