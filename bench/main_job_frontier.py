@@ -154,7 +154,9 @@ def main(argv=None):
         plans, pred, regs = oracle.plan_files(base, fraction, batch, args.profiles, tmp)
         for kind in ("hpac", "optimum"):
             name = f"{kind}:{fraction}"
-            predicted[name] = pred[kind]
+            predicted[name] = dict(pred[kind])
+            if kind == "hpac":  # Note [The recompute's fixed cost]: hpac's own prediction, summed over the layers
+                predicted[name]["recompute_micros"] = sum(b.status()["recompute_micros"] for b in regs)
             regions[name] = regs
             models[name] = copy.deepcopy(base)
             for layer, path in zip(models[name].model.layers, plans[kind]):

@@ -219,10 +219,10 @@ class BudgetRegionHandle : public torch::CustomClassHolder {
   }
 
   // [kernel µs the plan's saves avoid recomputing, kernel µs of every profiled op, kernel µs of the ops the
-  // recompute skips]
+  // recompute skips, the recompute's predicted µs (Note [The recompute's fixed cost]; -1 without dataflow)]
   std::vector<double> micros() const {
     const BudgetRegion::Status st = region_->status();
-    return {st.plan.saved_micros, st.plan.total_micros, st.plan.skipped_micros};
+    return {st.plan.saved_micros, st.plan.total_micros, st.plan.skipped_micros, st.plan.recompute_micros};
   }
 
  private:

@@ -92,11 +92,13 @@ class Budget:
     def status(self) -> Dict[str, Union[int, float, str]]:
         """{'stage', 'profiles', 'replans', 'profiled_ops', 'budget_bytes', 'kept_bytes', 'total_bytes', 'off_bytes',
         'groups', 'kept_groups', 'planned_ops', 'saved_ops', 'skipped_ops', 'saved_micros', 'total_micros',
-        'skipped_micros'}: the plan's fields are those of the last plan (zero before the first); skipped: ops the
-        recompute need not run (Note [Dead ops are skipped], policy/budget_plan.h)."""
+        'skipped_micros', 'recompute_micros'}: the plan's fields are those of the last plan (zero before the first);
+        skipped: ops the recompute need not run (Note [Dead ops are skipped], policy/budget_plan.h);
+        recompute_micros: the recompute's predicted time, host time included, up to where it stops (Note [The
+        recompute's fixed cost]; -1 without dataflow)."""
         d = dict(self._region.status())
         d["stage"] = self._region.stage()
-        d["saved_micros"], d["total_micros"], d["skipped_micros"] = self._region.micros()
+        d["saved_micros"], d["total_micros"], d["skipped_micros"], d["recompute_micros"] = self._region.micros()
         return d
 
     def profile(self) -> List[Dict[str, Union[int, float, str]]]:
