@@ -69,12 +69,10 @@ namespace {
 // One invocation's policy: profiles, replays the plan, or falls back.
 class BudgetPolicy final : public Policy {
  public:
-  explicit BudgetPolicy(std::shared_ptr<BudgetRegion> region) : region_(std::move(region)) {
-    region_->planFor(&keys_, &save_, &skip_, &stage_, &covers_off_);
-    if (stage_ != BudgetRegion::Stage::kPlanned) keys_.reset(), save_.reset(), skip_.reset();
-  }
+  explicit BudgetPolicy(std::shared_ptr<BudgetRegion> region)
+      : region_(std::move(region)), replay_(region_->replayPlan()) {}
 
-  bool wantsProfile() const override { return stage_ == BudgetRegion::Stage::kProfiling; }
+  bool wantsProfile() const override { return replay_.stage == BudgetRegion::Stage::kProfiling; }
 
   void observe(const OpContext&, const ProfiledOp& profile) override { profile_.push_back(profile); }
   void observeAutogradSaved(int64_t storage_id) override {
@@ -88,7 +86,7 @@ class BudgetPolicy final : public Policy {
   void observeFrameHolds() override { frame_holds_ = true; }
 
   CheckpointPolicy decide(const OpContext& ctx) override {
-    switch (stage_) {
+    switch (replay_.stage) {
       case BudgetRegion::Stage::kProfiling:
         return CheckpointPolicy::MUST_RECOMPUTE;
       case BudgetRegion::Stage::kFallback:
@@ -97,32 +95,32 @@ class BudgetPolicy final : public Policy {
         break;
     }
     const size_t i = position_++;
-    if (!diverged_ && (i >= keys_->size() || (*keys_)[i].first != opId(ctx.op) ||
-                       (*keys_)[i].second != ctx.occurrence)) {
+    if (!diverged_ && (i >= replay_.keys->size() || (*replay_.keys)[i].first != opId(ctx.op) ||
+                       (*replay_.keys)[i].second != ctx.occurrence)) {
       diverged_ = true;
       if (!region_->planSource().empty()) throwPlanMismatch(i, ctx);
     }
     if (diverged_) return fixed(ctx);
-    return (*save_)[i] ? CheckpointPolicy::MUST_SAVE : CheckpointPolicy::MUST_RECOMPUTE;
+    return (*replay_.save)[i] ? CheckpointPolicy::MUST_SAVE : CheckpointPolicy::MUST_RECOMPUTE;
   }
 
   // Note [Frames hold what needs no recompute]: a budget that covers what off keeps holds it as off does.
-  bool holdsEverySaved() const override { return covers_off_ && !diverged_; }
+  bool holdsEverySaved() const override { return replay_.covers_off && !diverged_; }
 
   bool maySkipInRecompute() const override {
-    return stage_ == BudgetRegion::Stage::kPlanned && skip_ &&
-           std::find(skip_->begin(), skip_->end(), true) != skip_->end();
+    return replay_.stage == BudgetRegion::Stage::kPlanned && replay_.skip &&
+           std::find(replay_.skip->begin(), replay_.skip->end(), true) != replay_.skip->end();
   }
 
   // Note [Dead ops are skipped]: the plan marks the last decided op as one the recompute need not run.
   bool skipInRecompute() const override {
-    if (stage_ != BudgetRegion::Stage::kPlanned || diverged_ || !skip_ || position_ == 0) return false;
-    return position_ - 1 < skip_->size() && (*skip_)[position_ - 1];
+    if (replay_.stage != BudgetRegion::Stage::kPlanned || diverged_ || !replay_.skip || position_ == 0) return false;
+    return position_ - 1 < replay_.skip->size() && (*replay_.skip)[position_ - 1];
   }
 
   // The plan entry behind the last decide() (explain, replay/explain.h).
   std::string reason() const override {
-    switch (stage_) {
+    switch (replay_.stage) {
       case BudgetRegion::Stage::kProfiling: return "budget profile: recompute every op, time it";
       case BudgetRegion::Stage::kFallback: return "budget fallback to the fixed policy, " + selective_->reason();
       case BudgetRegion::Stage::kPlanned: break;
@@ -131,9 +129,10 @@ class BudgetPolicy final : public Policy {
     if (diverged_) {
       return "budget plan diverged (op sequence differs from the plan), " + selective_->reason();
     }
-    return "budget plan entry " + std::to_string(i) + " of " + std::to_string(keys_->size()) + ": " +
-           ((*save_)[i] ? "keep" : skipInRecompute() ? "recompute; skipped in the recompute (nothing backward needs "
-                                                       "depends on it)" : "recompute");
+    return "budget plan entry " + std::to_string(i) + " of " + std::to_string(replay_.keys->size()) + ": " +
+           ((*replay_.save)[i] ? "keep"
+            : skipInRecompute() ? "recompute; skipped in the recompute (nothing backward needs depends on it)"
+                                : "recompute");
   }
 
   void onPhaseBegin(bool is_recompute) override {
@@ -151,14 +150,15 @@ class BudgetPolicy final : public Policy {
 
   void onPhaseEnd(bool is_recompute, bool completed) override {
     if (is_recompute) return;
-    if (stage_ == BudgetRegion::Stage::kProfiling) {
+    if (replay_.stage == BudgetRegion::Stage::kProfiling) {
       std::optional<std::vector<int64_t>> saved;
       for (size_t j = 0; j < saved_at_.size() && !profile_.empty(); ++j) {
         profile_[std::min(saved_at_[j], profile_.size() - 1)].autograd_saves.push_back(autograd_saved_[j]);
       }
       if (saw_saved_hook_) saved = std::move(autograd_saved_);
       region_->finishProfile(std::move(profile_), std::move(saved), frame_holds_, completed);
-    } else if (stage_ == BudgetRegion::Stage::kPlanned && completed && (diverged_ || position_ != keys_->size())) {
+    } else if (replay_.stage == BudgetRegion::Stage::kPlanned && completed &&
+               (diverged_ || position_ != replay_.keys->size())) {
       region_->planDiverged();
     }
   }
@@ -167,9 +167,10 @@ class BudgetPolicy final : public Policy {
   // Note [Plan files]: a loaded plan that the region does not follow is the user's error.
   [[noreturn]] void throwPlanMismatch(size_t i, const OpContext& ctx) const {
     const std::string got = qualifiedOpName(ctx.op.operator_name()) + " occurrence " + std::to_string(ctx.occurrence);
-    const std::string want = i < keys_->size() ? qualifiedOpName(operatorNameOf((*keys_)[i].first)) + " occurrence " +
-                                                     std::to_string((*keys_)[i].second)
-                                               : "the end of the plan (" + std::to_string(keys_->size()) + " ops)";
+    const auto& keys = *replay_.keys;
+    const std::string want = i < keys.size() ? qualifiedOpName(operatorNameOf(keys[i].first)) + " occurrence " +
+                                                   std::to_string(keys[i].second)
+                                             : "the end of the plan (" + std::to_string(keys.size()) + " ops)";
     TORCH_CHECK(false, "hpac budget: the plan '", region_->planSource(), "' does not match the region: its op ", i,
                 " is ", want, ", the region's is ", got, ". A plan replays only in the region it was made in, on the "
                 "same shapes; make a new one (hpac.budget(fraction) profiles) or give the matching plan");
@@ -184,13 +185,9 @@ class BudgetPolicy final : public Policy {
   }
 
   std::shared_ptr<BudgetRegion> region_;
-  BudgetRegion::Stage stage_;
-  std::shared_ptr<const std::vector<std::pair<const void*, int64_t>>> keys_;
-  std::shared_ptr<const std::vector<bool>> save_;
-  std::shared_ptr<const std::vector<bool>> skip_;
+  const BudgetRegion::Replay replay_;  // taken when the invocation starts; a replan reaches the next one
   size_t position_ = 0;
   bool diverged_ = false;
-  bool covers_off_ = false;  // Note [Frames hold what needs no recompute]
   std::vector<ProfiledOp> profile_;
   std::vector<int64_t> autograd_saved_;  // storage ids (Note [What off keeps])
   std::vector<size_t> saved_at_;         // per autograd_saved_ entry: its op (Note [The recompute's fixed cost])
@@ -227,16 +224,16 @@ BudgetRegion::Status BudgetRegion::status() const {
   return Status{stage_, profiles_, replans_, profile_, plan_};
 }
 
-bool BudgetRegion::planFor(std::shared_ptr<const std::vector<std::pair<const void*, int64_t>>>* keys,
-                           std::shared_ptr<const std::vector<bool>>* save,
-                           std::shared_ptr<const std::vector<bool>>* skip, Stage* stage, bool* covers_off) const {
+BudgetRegion::Replay BudgetRegion::replayPlan() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  *keys = keys_;
-  *save = save_;
-  *skip = skip_;
-  *stage = stage_;
-  *covers_off = stage_ == Stage::kPlanned && plan_.off_bytes >= 0 && plan_.budget_bytes >= plan_.off_bytes;
-  return stage_ == Stage::kPlanned;
+  Replay replay;
+  replay.stage = stage_;
+  if (stage_ != Stage::kPlanned) return replay;
+  replay.keys = keys_;
+  replay.save = save_;
+  replay.skip = skip_;
+  replay.covers_off = plan_.off_bytes >= 0 && plan_.budget_bytes >= plan_.off_bytes;
+  return replay;
 }
 
 void BudgetRegion::finishProfile(std::vector<ProfiledOp> profile, std::optional<std::vector<int64_t>> autograd_saved,

@@ -107,10 +107,16 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
   void finishProfile(std::vector<ProfiledOp> profile, std::optional<std::vector<int64_t>> autograd_saved,
                      bool frame_holds, bool completed);
   void planDiverged();
-  // covers_off: the plan's budget holds everything off keeps (Note [Frames hold what needs no recompute]).
-  bool planFor(std::shared_ptr<const std::vector<std::pair<const void*, int64_t>>>* keys,
-               std::shared_ptr<const std::vector<bool>>* save, std::shared_ptr<const std::vector<bool>>* skip,
-               Stage* stage, bool* covers_off) const;
+  // What an invocation that starts now follows: the region's stage and, while it is planned, the plan by
+  // (op, occurrence). The vectors are shared and never change; they are empty unless `stage` is kPlanned.
+  struct Replay {
+    Stage stage = Stage::kProfiling;
+    std::shared_ptr<const std::vector<std::pair<const void*, int64_t>>> keys;  // (op, occurrence) in order
+    std::shared_ptr<const std::vector<bool>> save;  // per key: keep its outputs
+    std::shared_ptr<const std::vector<bool>> skip;  // per key: Note [Dead ops are skipped]; empty: none
+    bool covers_off = false;  // the budget holds everything off keeps (Note [Frames hold what needs no recompute])
+  };
+  Replay replayPlan() const;
 
  private:
   const BudgetSpec spec_;
