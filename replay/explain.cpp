@@ -1,6 +1,7 @@
 #include "replay/explain.h"
 
 #include "replay/for_each_tensor.h"
+#include "replay/text_format.h"
 #include "replay/tracking_allocator.h"
 #include "replay/written_arguments.h"
 
@@ -55,28 +56,6 @@ std::string fixed(double v, int digits) {
 }
 
 }  // namespace
-
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
 
 int64_t DecisionRecorder::count(Phase phase, const std::string& decision) const {
   return std::count_if(ops_.begin(), ops_.end(),

@@ -120,8 +120,6 @@ std::string explainJson(const ExplainReport& report);
 std::string timelineSvg(const std::vector<TimelineTrace>& timelines, const std::string& title);
 // Writes `text` to `path`; throws c10::Error naming the path (what: "JSON", "SVG") when it cannot.
 void writeTextFile(const std::string& path, const std::string& text, const char* what);
-// `s` as a JSON string literal, quotes included (shared with the trainer's config ops).
-std::string jsonString(const std::string& s);
 // Before a run: throws c10::Error naming the path when its folder does not exist or is not writable.
 void checkWritablePath(const std::string& path, const char* what);
 

@@ -3,6 +3,7 @@
 #include "tools/trainer/yaml_reader.h"
 
 #include "policy/policy_kind.h"
+#include "replay/text_format.h"
 
 #include "absl/strings/str_cat.h"
 

@@ -1,6 +1,6 @@
 #include "tools/trainer/layer_finder.h"
 
-#include "tools/trainer/yaml_reader.h"  // joinNames
+#include "replay/text_format.h"
 
 #include "absl/strings/str_cat.h"
 

@@ -1,9 +1,8 @@
 #include "tools/trainer/route_plan_json.h"
 
-#include "replay/explain.h"  // jsonString
+#include "replay/text_format.h"
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -190,12 +189,6 @@ absl::StatusOr<RouteFacts> routeFactsFromJson(const std::string& json) {
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("route facts: not JSON: ", e.what()));
   }
-}
-
-std::string jsonStringList(const std::vector<std::string>& items) {
-  std::vector<std::string> quoted;
-  for (const std::string& s : items) quoted.push_back(jsonString(s));
-  return absl::StrCat("[", absl::StrJoin(quoted, ", "), "]");
 }
 
 std::string routePlanJson(const RoutePlan& plan) {

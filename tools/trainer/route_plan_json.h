@@ -45,7 +45,5 @@ std::string routePlanJson(const RoutePlan& plan);
 // InvalidArgument "module tree: <key>: <what>" for JSON that does not hold a module tree and a registry.
 absl::StatusOr<std::pair<ModuleTree, ModelRegistry>> moduleTreeFromJson(const std::string& json);
 std::string foundLayersJson(const FoundLayers& found);
-// A JSON array of strings.
-std::string jsonStringList(const std::vector<std::string>& items);
 
 }  // namespace hpac::trainer

@@ -1,5 +1,7 @@
 #include "tools/trainer/yaml_reader.h"
 
+#include "replay/text_format.h"
+
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
@@ -32,12 +34,6 @@ absl::StatusOr<YAML::Node> parse(const std::string& text, const std::string& fil
 }
 
 }  // namespace
-
-std::string joinNames(const std::vector<std::string>& names) {
-  std::string out;
-  for (const std::string& n : names) absl::StrAppend(&out, out.empty() ? "" : ", ", n);
-  return out;
-}
 
 absl::StatusOr<YAML::Node> loadYamlFile(const std::string& path) {
   std::ifstream in(path);

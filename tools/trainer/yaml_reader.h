@@ -57,7 +57,4 @@ class YamlReader {
   std::string file_;
 };
 
-// "a, b, c"
-std::string joinNames(const std::vector<std::string>& names);
-
 }  // namespace hpac::trainer
