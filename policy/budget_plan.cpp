@@ -227,8 +227,10 @@ std::vector<bool> knapsack(const std::vector<Group>& groups, int64_t budget, con
   double kept[2] = {0, 0};
   int64_t bytes[2] = {0, 0};
   for (size_t g = 0; g < groups.size(); ++g) {
-    kept[0] += keeping[g] ? value[g] : 0, bytes[0] += keeping[g] ? groups[g].bytes : 0;
-    kept[1] += dropping[g] ? value[g] : 0, bytes[1] += dropping[g] ? groups[g].bytes : 0;
+    kept[0] += keeping[g] ? value[g] : 0;
+    bytes[0] += keeping[g] ? groups[g].bytes : 0;
+    kept[1] += dropping[g] ? value[g] : 0;
+    bytes[1] += dropping[g] ? groups[g].bytes : 0;
   }
   const bool drop = kept[1] > kept[0] || (kept[1] == kept[0] && bytes[1] < bytes[0]);
   return drop ? dropping : keeping;
@@ -327,7 +329,11 @@ std::vector<bool> greedy(const std::vector<ProfiledOp>& ops, const std::vector<G
       const double micros = recomputeMicros(ops, groups, keep, autograd_saved);
       keep[g] = false;
       const double ratio = (now - micros) / static_cast<double>(groups[g].bytes);
-      if (ratio > best_ratio) best = g, best_ratio = ratio, best_micros = micros;
+      if (ratio > best_ratio) {
+        best = g;
+        best_ratio = ratio;
+        best_micros = micros;
+      }
     }
     if (best == groups.size()) return keep;
     keep[best] = true;
@@ -358,7 +364,11 @@ std::vector<bool> shrink(const std::vector<ProfiledOp>& ops, const std::vector<G
       const double micros = recomputeMicros(ops, groups, keep, autograd_saved);
       keep[g] = true;
       const double cost = (micros - now) / static_cast<double>(groups[g].bytes);
-      if (best == groups.size() || cost < best_cost) best = g, best_cost = cost, best_micros = micros;
+      if (best == groups.size() || cost < best_cost) {
+        best = g;
+        best_cost = cost;
+        best_micros = micros;
+      }
     }
     keep[best] = false;
     used -= groups[best].bytes;
@@ -409,7 +419,10 @@ BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes,
   int64_t forced_bytes = 0;
   std::vector<bool> free_choice(groups.size(), true);
   for (size_t g = 0; g < groups.size(); ++g) {
-    if (groups[g].collective) forced_bytes += groups[g].bytes, free_choice[g] = false;
+    if (groups[g].collective) {
+      forced_bytes += groups[g].bytes;
+      free_choice[g] = false;
+    }
   }
   const int64_t left = std::max<int64_t>(plan.budget_bytes - forced_bytes, 0);
   auto withForced = [&](std::vector<bool> k) {
@@ -453,7 +466,10 @@ BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes,
       others.push_back(shrink(ops, groups, left, holds_saved, frame));
       for (std::vector<bool>& other : others) {
         const double t = recomputeMicros(ops, groups, other, frame);
-        if (t < best || (t == best && bytesOf(other) < bytesOf(keep))) best = t, keep = std::move(other);
+        if (t < best || (t == best && bytesOf(other) < bytesOf(keep))) {
+          best = t;
+          keep = std::move(other);
+        }
       }
     }
   }

@@ -283,8 +283,14 @@ std::string timelineSvg(const std::vector<TimelineTrace>& timelines, const std::
       int64_t lo = t.bytes[j], hi = t.bytes[j];
       size_t lo_at = j, hi_at = j;
       while (end < n && static_cast<int64_t>(px(static_cast<double>(end))) == column) {
-        if (t.bytes[end] < lo) lo = t.bytes[end], lo_at = end;
-        if (t.bytes[end] > hi) hi = t.bytes[end], hi_at = end;
+        if (t.bytes[end] < lo) {
+          lo = t.bytes[end];
+          lo_at = end;
+        }
+        if (t.bytes[end] > hi) {
+          hi = t.bytes[end];
+          hi_at = end;
+        }
         ++end;
       }
       std::vector<size_t> keep = {j, lo_at, hi_at, end - 1};

@@ -85,7 +85,10 @@ void OpProfile::record(Policy& policy, const c10::OperatorHandle& op, int64_t oc
   bool found = false;
   for (size_t j = stack.size() - num_returns; j < stack.size() && !found; ++j) {
     forEachTensor(stack[j], [&](const at::Tensor& t) {
-      if (!found && t.defined()) device = t.device(), found = true;
+      if (!found && t.defined()) {
+        device = t.device();
+        found = true;
+      }
     });
   }
   // A view runs no kernel: nothing to estimate.

@@ -88,8 +88,13 @@ struct FullParams {
   FullParams() {
     at::manual_seed(1234);
     auto p = [](int64_t o, int64_t i) { return (at::randn({o, i}) / std::sqrt(static_cast<double>(i))).set_requires_grad(true); };
-    wq = p(kHidden, kHidden), wk = p(kHidden, kHidden), wv = p(kHidden, kHidden), wo = p(kHidden, kHidden);
-    wg = p(kInter, kHidden), wu = p(kInter, kHidden), wd = p(kHidden, kInter);
+    wq = p(kHidden, kHidden);
+    wk = p(kHidden, kHidden);
+    wv = p(kHidden, kHidden);
+    wo = p(kHidden, kHidden);
+    wg = p(kInter, kHidden);
+    wu = p(kInter, kHidden);
+    wd = p(kHidden, kInter);
     gate = p(kExperts, kHidden);
     for (int64_t e = 0; e < kExperts; ++e) {
       up.push_back(p(kExpertInter, kHidden));
@@ -114,8 +119,13 @@ struct Shard {
     const int64_t h = kHidden / tp, i = kInter / tp;
     auto rows = [](const at::Tensor& w, int64_t n, int r) { return w.detach().narrow(0, r * n, n).clone().set_requires_grad(true); };
     auto cols = [](const at::Tensor& w, int64_t n, int r) { return w.detach().narrow(1, r * n, n).clone().set_requires_grad(true); };
-    wq = rows(f.wq, h, tp_rank), wk = rows(f.wk, h, tp_rank), wv = rows(f.wv, h, tp_rank), wo = cols(f.wo, h, tp_rank);
-    wg = rows(f.wg, i, tp_rank), wu = rows(f.wu, i, tp_rank), wd = cols(f.wd, i, tp_rank);
+    wq = rows(f.wq, h, tp_rank);
+    wk = rows(f.wk, h, tp_rank);
+    wv = rows(f.wv, h, tp_rank);
+    wo = cols(f.wo, h, tp_rank);
+    wg = rows(f.wg, i, tp_rank);
+    wu = rows(f.wu, i, tp_rank);
+    wd = cols(f.wd, i, tp_rank);
     // Expert parallelism over the TP ranks: the router is replicated, expert e
     // lives on rank e % tp.
     auto copy = [](const at::Tensor& w) { return w.detach().clone().set_requires_grad(true); };
