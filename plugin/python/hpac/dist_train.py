@@ -33,6 +33,8 @@ import sys
 import tempfile
 import time
 import warnings
+from dataclasses import dataclass, field
+from typing import List
 
 import torch
 import torch.distributed as dist
@@ -101,11 +103,16 @@ def _parse(argv):
     return args
 
 
+@dataclass(eq=False)
 class Run:
-    def __init__(self, mode, model, prep, opt, tp_partial, expert_params):
-        self.mode, self.model, self.prep, self.opt = mode, model, prep, opt
-        self.tp_partial, self.expert_params = tp_partial, expert_params
-        self.rows = []  # per step: loss, peak, counts, stats, differences
+    """One mode's model on this rank, as prepared and parallelized, and its rows."""
+    mode: str
+    model: torch.nn.Module = field(repr=False)
+    prep: "hpac.hf.Preparation" = field(repr=False)
+    opt: torch.optim.Optimizer = field(repr=False)
+    tp_partial: List[str]     # parameters whose gradients are partial per tp rank (hpac.distributed.parallelize)
+    expert_params: List[str]  # the expert-parallel parameters (hpac.distributed.parallelize)
+    rows: List[dict] = field(default_factory=list, init=False)  # per step: loss, peak, counts, stats, differences
 
 
 def _log(rank, msg):

@@ -33,7 +33,8 @@ import json
 import os
 import sys
 import threading
-from typing import Callable, Optional, Union
+from dataclasses import InitVar, dataclass, field
+from typing import Callable, List, Optional, Union
 
 import torch
 import torch.utils.checkpoint
@@ -115,27 +116,31 @@ def load_registry(path: Optional[Union[str, os.PathLike]] = None) -> dict:
 # Discovery (the reference design's 6.1, docs/design.md): the tree's facts gathered here, the rules in
 # tools/trainer/layer_finder.cpp
 
+@dataclass
 class LayerRef:
-    __slots__ = ("path", "index", "module")
+    """One layer of a container: its dotted path below the model, its index in the container, the module."""
+    path: str
+    index: int
+    module: Optional[torch.nn.Module] = field(repr=False)
 
-    def __init__(self, path, index, module):
-        self.path, self.index, self.module = path, index, module
 
-
+@dataclass
 class Container:
-    __slots__ = ("role", "path", "layers")
+    """A layer container: its role ("language" or "vision"), its dotted path, its layers in order."""
+    role: str
+    path: str
+    layers: List[LayerRef]
 
-    def __init__(self, role, path, layers):
-        self.role, self.path, self.layers = role, path, layers
 
-
+@dataclass(eq=False)
 class Discovery:
-    def __init__(self, class_name):
-        self.class_name = class_name
-        self.how = ""
-        self.containers = []
-        self.tried = []
-        self.inner_model = None  # the model reached through retrieval wrappers (the root otherwise)
+    """What discover() found: the model's class name, how the containers were found and the paths tried."""
+    class_name: str
+    how: str = ""
+    containers: List[Container] = field(default_factory=list)
+    tried: List[str] = field(default_factory=list)
+    # the model reached through retrieval wrappers (the root otherwise)
+    inner_model: Optional[torch.nn.Module] = field(default=None, repr=False)
 
     def _role(self, role):
         return next((c for c in self.containers if c.role == role), None)
@@ -194,31 +199,42 @@ def discover(model: torch.nn.Module, registry: Optional[dict] = None) -> "Discov
             json.dumps({"registry": registry, "modules": _module_tree(model)}, ensure_ascii=False)))
     except RuntimeError as e:
         raise LookupError(str(e)) from None
-    d = Discovery(found["class_name"])
-    d.how, d.tried = found["how"], found["tried"]
-    d.inner_model = resolve_path(model, found["inner_path"])
-    d.containers = [Container(c["role"], c["path"], [LayerRef(path, index, resolve_path(model, path))
-                                                     for path, index in c["layers"]])
-                    for c in found["containers"]]
-    return d
+    containers = [Container(c["role"], c["path"], [LayerRef(path, index, resolve_path(model, path))
+                                                   for path, index in c["layers"]])
+                  for c in found["containers"]]
+    return Discovery(found["class_name"], how=found["how"], containers=containers, tried=found["tried"],
+                     inner_model=resolve_path(model, found["inner_path"]))
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Routing (the reference design's 6.2-6.4, docs/design.md): facts gathered here, the plan made by
 # tools/trainer/route_plan.cpp
 
+@dataclass(eq=False)
 class PreparedLayer:
-    def __init__(self, ref, role, mode, record_ops=False, rules=None):
-        self.path, self.index, self.module, self.role, self.mode = ref.path, ref.index, ref.module, role, mode
-        self.record_ops = record_ops  # keep each call's op log; take_stats adds it up as "log:<phase> <op> <action>"
-        # activation_checkpoint.routing / .state_writes (replay/recompute_rules.h)
-        self.rules = dict(rules or {"routing": "verify", "state_writes": "warn"})
-        self.compiled = False     # train.compile: the layer is compiled after wrapping (module.compile())
-        self.layer = "off"        # whole-layer checkpoint applied: off | full | selective | budget
-        self.budget = None        # mode budget: this layer's hpac.Budget (its region's profile and plan)
-        self.native = False       # through the model's own activation_checkpointing_enable
-        self.submodules = []      # children checkpointed (full), by name
-        self._invocations = []    # hpac Invocations of this layer's calls, until take_layer_stats()
+    """One discovered layer as prepare() routed it (made from its LayerRef, whose path, index and module it copies),
+    and the hpac invocations of its calls."""
+    ref: InitVar[LayerRef]
+    role: str
+    mode: str                 # the planned mode: off | full | selective | budget
+    record_ops: bool = False  # keep each call's op log; take_stats adds it up as "log:<phase> <op> <action>"
+    # activation_checkpoint.routing / .state_writes (replay/recompute_rules.h)
+    rules: Optional[dict] = None
+    path: str = field(init=False)
+    index: int = field(init=False)
+    module: torch.nn.Module = field(init=False, repr=False)
+    compiled: bool = field(default=False, init=False)  # train.compile: compiled after wrapping (module.compile())
+    layer: str = field(default="off", init=False)  # whole-layer checkpoint applied: off | full | selective | budget
+    # mode budget: this layer's hpac.Budget (its region's profile and plan)
+    budget: Optional["hpac.Budget"] = field(default=None, init=False)
+    native: bool = field(default=False, init=False)  # through the model's own activation_checkpointing_enable
+    submodules: List[str] = field(default_factory=list, init=False)  # children checkpointed (full), by name
+    # hpac Invocations of this layer's calls, until take_layer_stats()
+    _invocations: list = field(default_factory=list, init=False, repr=False)
+
+    def __post_init__(self, ref):
+        self.path, self.index, self.module = ref.path, ref.index, ref.module
+        self.rules = dict(self.rules or {"routing": "verify", "state_writes": "warn"})
 
     def _context_fn(self, policy):
         if self.compiled:
@@ -252,23 +268,25 @@ class PreparedLayer:
         return total
 
 
+@dataclass(eq=False)
 class Preparation:
-    def __init__(self):
-        self.touched = False
-        self.discovery = None
-        self.kv_sharing = False
-        self.use_cache_disabled = []
-        self.full_route = None
-        self.full_route_reason = ""
-        self.layers_wrapped = 0
-        self.submodules_wrapped = 0
-        self.layers = []
-        self.compiled = []        # paths of the layers compiled (train.compile)
-        self._compiled_modules = []
-        self.messages = []
-        self.warnings = []
-        self._log = None
-        self._native_model = None
+    """What prepare() did to a model: the route, the layers it prepared, what it wrapped and compiled, and its
+    messages; unprepare() undoes it."""
+    touched: bool = False
+    discovery: Optional[Discovery] = None
+    kv_sharing: bool = False
+    use_cache_disabled: List[str] = field(default_factory=list)
+    full_route: Optional[str] = None
+    full_route_reason: str = ""
+    layers_wrapped: int = 0
+    submodules_wrapped: int = 0
+    layers: List[PreparedLayer] = field(default_factory=list)
+    compiled: List[str] = field(default_factory=list)  # paths of the layers compiled (train.compile)
+    messages: List[str] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    _compiled_modules: list = field(default_factory=list, init=False, repr=False)
+    _log: Optional[Callable[[str, str], None]] = field(default=None, init=False, repr=False)
+    _native_model: Optional[torch.nn.Module] = field(default=None, init=False, repr=False)
 
     def info(self, message):
         self.messages.append(message)

@@ -8,6 +8,8 @@ bench/hf_qwen3_30b_layer.py).
 import copy
 import statistics
 import time
+from dataclasses import InitVar, dataclass, field
+from typing import List, Optional
 
 import torch
 
@@ -59,12 +61,26 @@ def max_abs_diff(a, b):
     return (a.double() - b.double()).abs().max().item() if a.numel() else 0.0
 
 
+@dataclass(eq=False)
 class ModeRun:
-    def __init__(self, mode, model, prep, lr):
-        self.mode, self.model, self.prep = mode, model, prep
-        self.opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-        self.losses, self.peaks, self.kept, self.times, self.layer_stats = [], [], [], [], []
-        self.max_dloss, self.max_dgrad = 0.0, 0.0
+    """One mode's model, preparation and AdamW optimizer (learning rate `lr`), and what each step measured."""
+    mode: str
+    model: torch.nn.Module = field(repr=False)
+    prep: hf.Preparation = field(repr=False)
+    lr: InitVar[float]
+    opt: torch.optim.Optimizer = field(init=False, repr=False)
+    # per step
+    losses: List[torch.Tensor] = field(default_factory=list, init=False)
+    peaks: List[Optional[int]] = field(default_factory=list, init=False)
+    kept: List[Optional[int]] = field(default_factory=list, init=False)
+    times: List[float] = field(default_factory=list, init=False)
+    layer_stats: List[list] = field(default_factory=list, init=False)
+    # over the steps, against off
+    max_dloss: float = field(default=0.0, init=False)
+    max_dgrad: float = field(default=0.0, init=False)
+
+    def __post_init__(self, lr):
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=0.0)
 
     @property
     def wrapped(self):
