@@ -77,13 +77,16 @@ class BudgetPolicy final : public Policy {
   void observe(const OpContext&, const ProfiledOp& profile) override { profile_.push_back(profile); }
   void observeAutogradSaved(int64_t storage_id) override {
     // Note [The recompute's fixed cost]: saved while the op observe() will hear of next was the last one counted.
-    if (storage_id >= 0) {
-      autograd_saved_.push_back(storage_id);
-      saved_at_.push_back(profile_.size());
-    }
+    if (storage_id >= 0) autograd_saved_.push_back(storage_id);
+    // A tensor no op output holds (-1) cannot be kept by a plan: under hpac's frame it is held unless the region
+    // made it (observeFrameHolds drops it then), under torch's it is waited for like every other.
+    saved_at_.emplace_back(storage_id >= 0 ? storage_id : kNeverHeld, profile_.size());
     saw_saved_hook_ = true;
   }
-  void observeFrameHolds() override { frame_holds_ = true; }
+  void observeFrameHolds(bool region_made) override {
+    frame_holds_ = true;
+    if (!region_made && !saved_at_.empty()) saved_at_.pop_back();  // held whatever the plan keeps
+  }
 
   CheckpointPolicy decide(const OpContext& ctx) override {
     switch (replay_.stage) {
@@ -152,8 +155,8 @@ class BudgetPolicy final : public Policy {
     if (is_recompute) return;
     if (replay_.stage == BudgetRegion::Stage::kProfiling) {
       std::optional<std::vector<int64_t>> saved;
-      for (size_t j = 0; j < saved_at_.size() && !profile_.empty(); ++j) {
-        profile_[std::min(saved_at_[j], profile_.size() - 1)].autograd_saves.push_back(autograd_saved_[j]);
+      for (const auto& [id, at] : saved_at_) {
+        if (!profile_.empty()) profile_[std::min(at, profile_.size() - 1)].autograd_saves.push_back(id);
       }
       if (saw_saved_hook_) saved = std::move(autograd_saved_);
       region_->finishProfile(std::move(profile_), std::move(saved), frame_holds_, completed);
@@ -190,7 +193,9 @@ class BudgetPolicy final : public Policy {
   bool diverged_ = false;
   std::vector<ProfiledOp> profile_;
   std::vector<int64_t> autograd_saved_;  // storage ids (Note [What off keeps])
-  std::vector<size_t> saved_at_;         // per autograd_saved_ entry: its op (Note [The recompute's fixed cost])
+  // Per tensor autograd saved that a plan must reach: (storage id or kNeverHeld, its op) (Note [The recompute's
+  // fixed cost]).
+  std::vector<std::pair<int64_t, size_t>> saved_at_;
   bool saw_saved_hook_ = false;
   bool frame_holds_ = false;
   std::unique_ptr<SelectivePolicy> selective_;

@@ -92,11 +92,14 @@ class Policy {
   // input, a parameter) (Note [What off keeps] in policy/budget_plan.h).
   // Called through the checkpoint's saved-tensor hook.
   virtual void observeAutogradSaved(int64_t storage_id) {}
-  // While profiling: the frame around this forward holds what needs no
-  // recompute and stops its recompute early (hpac's frames; torch.utils.
-  // checkpoint's does neither): Note [The recompute's fixed cost] in
-  // policy/budget_plan.h. Called from Invocation::holdSaved.
-  virtual void observeFrameHolds() {}
+  // While profiling, right after observeAutogradSaved() for the same tensor:
+  // the frame around this forward holds what needs no recompute and stops its
+  // recompute early (hpac's frames; torch.utils.checkpoint's does neither),
+  // and `region_made` says whether the region made the tensor's storage (else
+  // the frame holds it whatever the plan: an input, a parameter). Note [The
+  // recompute's fixed cost] in policy/budget_plan.h. Called from
+  // Invocation::holdSaved.
+  virtual void observeFrameHolds(bool region_made) {}
   // Asked right after a forward decide() that answered recompute: whether the
   // recompute may skip this op's kernel because nothing backward needs
   // depends on it (Note [Dead ops are skipped], policy/budget_plan.h). The

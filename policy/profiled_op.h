@@ -14,6 +14,9 @@
 
 namespace hpac {
 
+// ProfiledOp::autograd_saves: a saved tensor no plan can keep (Note [The recompute's fixed cost]).
+constexpr int64_t kNeverHeld = -2;
+
 struct ProfiledOp {
   std::string op;          // "aten::mm", "aten::max.dim": name and overload
   const void* id = nullptr;  // the op's identity in this process (policy/op_tables.h OpId)
@@ -51,6 +54,7 @@ struct ProfiledOp {
   // that reaches this op pays whatever the plan keeps; and the storage ids of
   // the tensors autograd saved for backward while this op was the last one
   // counted (its arguments before it ran, its results after).
+  // kNeverHeld: a tensor no plan can keep (made by an op hpac does not count).
   double gap_micros = 0;
   std::vector<int64_t> autograd_saves;
 };

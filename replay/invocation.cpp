@@ -356,10 +356,11 @@ void Invocation::noteAutogradSaved(const at::Tensor& t) {
 // Note [Frames hold what needs no recompute]
 at::Tensor Invocation::holdSaved(const at::Tensor& t) {
   if (phase_ != Phase::kForward || options_.allow_cache_mutation || outer_hooks_ != nullptr) return {};
-  if (profile_.active()) policy_->observeFrameHolds();  // Note [The recompute's fixed cost]
   if (!t.defined() || !t.has_storage() || t.unsafeGetTensorImpl()->is_python_dispatch()) return {};
   const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-  if (!policy_->holdsEverySaved() && !storage_.holds(storage) && state_writes_.produced(storage)) return {};
+  const bool made = state_writes_.produced(storage);
+  if (profile_.active()) policy_->observeFrameHolds(made);  // Note [The recompute's fixed cost]
+  if (!policy_->holdsEverySaved() && !storage_.holds(storage) && made) return {};
   ++stats_.held;
   return detachedAlias(t);
 }

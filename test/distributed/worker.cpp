@@ -285,6 +285,9 @@ int main(int argc, char** argv) try {
       } else {
         hpac::CheckpointOptions o = hpac::checkpointOptionsFor(mode);
         o.stats_out = region_stats = std::make_shared<hpac::InvocationStats>();
+        // The checks below count every op and collective of the recompute against the forward's: run it to the
+        // end (Note [The recompute stops early]: stopped early, it would not re-issue the tail's all-reduce).
+        o.early_stop = false;
         // record_function ranges only in the forward (as a profiler schedule would), never in the recompute
         bool first = true;
         y = hpac::checkpoint(
