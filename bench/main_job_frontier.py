@@ -20,7 +20,6 @@ most the frontier's time at its peak (a point with less peak than full is judged
 """
 import argparse
 import copy
-import gc
 import importlib.util
 import json
 import os
@@ -32,6 +31,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "plugin", "python"))
 sys.path.insert(0, os.path.join(ROOT, "test", "python"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 CONFIG = os.path.join(ROOT, "examples", "training_demo", "train.yaml")
 DEFAULT_OUT = os.path.join(ROOT, "bench", "results", "main_job_frontier.json")
 FIXED = ("off", "full", "selective")
@@ -65,20 +65,11 @@ def parse_args(argv):
 
 
 def measured_step(model, ids):
-    """(thread CPU seconds of forward + backward, peak tensor bytes above the step's start, gradients)."""
-    import hpac
-    model.zero_grad(set_to_none=True)
-    gc.collect()
-    gc.disable()
-    try:
-        start_bytes = hpac.memory_stats()["current_bytes"]
-        hpac.reset_peak_memory()
-        t0 = time.thread_time()
-        model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
-        seconds = time.thread_time() - t0
-        peak = hpac.memory_stats()["peak_bytes"] - start_bytes
-    finally:
-        gc.enable()
+    """(thread CPU seconds of forward + backward, peak tensor bytes above the step's start, gradients):
+    bench/budget_frontier.py's timed_step on the thread's clock."""
+    from budget_frontier import timed_step
+    seconds, peak, _ = timed_step(model, lambda m, x: m(input_ids=x, labels=x, use_cache=False).loss, ids,
+                                  clock=time.thread_time)
     return seconds, peak, [p.grad for p in model.parameters()]
 
 

@@ -96,7 +96,9 @@ def main(argv=None):
         if modes[mode] is None:
             y = run_layer(x)
         elif mode in frames:
-            y = hpac.checkpoint(run_layer, x, policy=modes[mode])
+            invocation = hpac.Invocation(modes[mode])
+            invocations = [invocation]
+            y = hpac.checkpoint_with(invocation, run_layer, x)
         else:
             invocations = []
             inner = hpac.context_fn(modes[mode], on_invocation=invocations.append)
@@ -110,7 +112,7 @@ def main(argv=None):
         end = time.thread_time()
         t["forward"].append(mid - start)
         t["backward"].append(end - mid)
-        if modes[mode] is not None and mode not in frames:
+        if modes[mode] is not None:
             stats[mode] = invocations[0].stats()
 
     order = list(modes)
@@ -139,12 +141,12 @@ def main(argv=None):
                "total_ms": 1e3 * statistics.median(total),
                "total_vs_off": statistics.median(total) / off_total}
         if mode in stats:
-            row.update({k: stats[mode][k] for k in ("ops_recompute", "recomputed", "served", "skipped",
-                                                    "saved_bytes")})
+            row.update({k: stats[mode][k] for k in ("ops_forward", "ops_recompute", "recomputed", "served",
+                                                    "skipped", "saved_bytes")})
         if mode in budgets:
             st = budgets[mode].status()
             row["plan"] = {k: st[k] for k in ("kept_bytes", "off_bytes", "saved_ops", "skipped_ops", "planned_ops",
-                                              "saved_micros", "skipped_micros", "total_micros")}
+                                              "saved_micros", "skipped_micros", "total_micros", "recompute_micros")}
         rows.append(row)
         print(f"[recompute_floor] {mode:11s} forward {row['forward_ms']:6.2f} ms  backward {row['backward_ms']:6.2f} "
               f"ms  recompute {row['recompute_ms']:6.2f} ms  total {row['total_vs_off']:.2f}x off", flush=True)
