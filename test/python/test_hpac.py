@@ -210,20 +210,22 @@ def test_error_nondeterministic_region():
 def test_the_recompute_stops_early():
     """Note [The recompute stops early]: hpac.checkpoint's recompute ends once it has packed the last saved tensor
     the frame does not hold. exp, sin, exp, cos, mul, add: autograd saves a (exp its result, sin its argument before
-    it runs) and c (the same by the second exp and cos). Full stops as cos saves c (3 ops); keeping the second exp's
-    output lets the frame hold c, and the recompute stops as sin saves a (1 op). Gradients as without a checkpoint;
-    the determinism check still covers the prefix it produced."""
+    it runs) and c (the same by the second exp and cos). Full stops as cos saves c (3 ops; 4 where torch packs an
+    op's argument after the op ran, as 1.13 does here); keeping the second exp's output lets the frame hold c, and
+    the recompute stops as sin saves a (1 op, or 2). Gradients as without a checkpoint; the determinism check still
+    covers the prefix it produced."""
     x = torch.randn(4, 4, requires_grad=True)
     fn = lambda t: t.exp().sin().exp().cos() * 2 + 1
     want = torch.autograd.grad(fn(x).sum(), [x])
     second_exp = hpac.PolicySpec("save_occurrences", ["aten::exp@1"])
-    for policy, early_stop, ops_recompute in (("full", True, 3), ("full", False, 6), (second_exp, True, 1),
-                                              (second_exp, False, 6)):
+    for policy, early_stop, ops_recompute in (("full", True, (3, 4)), ("full", False, (6,)),
+                                              (second_exp, True, (1, 2)), (second_exp, False, (6,))):
         inv = hpac.Invocation(policy)
         got = torch.autograd.grad(hpac.checkpoint_with(inv, fn, x, early_stop=early_stop).sum(), [x])
         assert_same(got, want)
         s = inv.stats()
-        assert (s["ops_forward"], s["recomputes"], s["ops_recompute"]) == (6, 1, ops_recompute), (policy, early_stop)
+        assert (s["ops_forward"], s["recomputes"]) == (6, 1) and s["ops_recompute"] in ops_recompute, (policy,
+                                                                                                   early_stop, s)
     calls = []
 
     def drifting(t):

@@ -134,9 +134,12 @@ class _Frame:
         # asked for, nothing the function still runs is read by backward.
         stop_after = max([wanted] + [i for i, held in enumerate(self.held) if not held]) if self.early_stop else None
 
+        stopped = []
+
         def pack(tensor):
             collected.append(tensor.detach())
             if stop_after is not None and len(collected) > stop_after:
+                stopped.append(True)
                 raise _StopRecompute()
             return None
 
@@ -147,8 +150,10 @@ class _Frame:
             with self._forward_rng(), torch.enable_grad(), \
                     torch.autograd.graph.saved_tensors_hooks(pack, unpack), self.invocation.region("recompute"):
                 self.fn(*inputs, **self.kwargs)
-        except _StopRecompute:
-            pass
+        except Exception:
+            # torch 1.13 hands what a saved-tensor hook raised back as a RuntimeError: the flag says it was ours.
+            if not stopped:
+                raise
         if self.determinism_check:
             self._check(collected, stop_after)
         # Held tensors come from their placeholders; the recompute's aliases of them would only outlive those.
