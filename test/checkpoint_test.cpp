@@ -30,6 +30,16 @@ at::Tensor makeInput() {
   return at::randn({2, 32, MoeBlockConfig{}.hidden});
 }
 
+// Backward through `y` must stop with hpac's determinism error.
+void ExpectDeterminismError(const at::Tensor& y) {
+  try {
+    y.sum().backward();
+    FAIL() << "expected a determinism error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not deterministic"), std::string::npos) << e.what();
+  }
+}
+
 class ParityTest : public ::testing::TestWithParam<CheckpointMode> {};
 
 // Bitwise parity: the recompute runs the same ops in the same order on the same
@@ -178,12 +188,7 @@ TEST(Checkpoint, NondeterministicRegionIsReported) {
   CheckpointOptions o;
   o.early_stop = false;  // stopped after the first saved tensor, the recompute would not reach the difference
   at::Tensor y = checkpoint(fn, x, o);
-  try {
-    y.sum().backward();
-    FAIL() << "expected a determinism error";
-  } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("is not deterministic"), std::string::npos) << e.what();
-  }
+  ExpectDeterminismError(y);
 }
 
 // Note [The recompute stops early]: the recompute ends once it has packed the last saved tensor the frame does not
@@ -228,12 +233,7 @@ TEST(Checkpoint, AnEarlyStoppedRecomputeIsStillCheckedForDeterminism) {
   int calls = 0;
   auto fn = [&](const at::Tensor& in) { return (++calls == 1 ? in.exp() : in.sum(0).exp()).sin() * 2; };
   at::Tensor y = checkpoint(fn, x);
-  try {
-    y.sum().backward();
-    FAIL() << "expected a determinism error";
-  } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("is not deterministic"), std::string::npos) << e.what();
-  }
+  ExpectDeterminismError(y);
 }
 
 // Note [Routing is verified]: the scores of a router depend on a tensor that moves between forward and backward
