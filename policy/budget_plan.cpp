@@ -315,18 +315,18 @@ std::vector<std::vector<bool>> stopPlans(const std::vector<ProfiledOp>& ops, con
 // Note [Planning with the dataflow]: adds, one at a time, the group that
 // removes the most recompute time per byte, while one fits.
 std::vector<bool> greedy(const std::vector<ProfiledOp>& ops, const std::vector<Group>& groups, int64_t budget,
-                         const Recompute& autograd_saved) {
+                         const Recompute& frame) {
   std::vector<bool> keep(groups.size(), false);
   for (size_t g = 0; g < groups.size(); ++g) keep[g] = groups[g].bytes == 0 || groups[g].collective;
   int64_t used = 0;  // collectives' bytes are outside `budget` (Note [Collectives are kept by every plan])
-  double now = recomputeMicros(ops, groups, keep, autograd_saved);
+  double now = recomputeMicros(ops, groups, keep, frame);
   while (true) {
     size_t best = groups.size();
     double best_ratio = 0, best_micros = now;
     for (size_t g = 0; g < groups.size(); ++g) {
       if (keep[g] || used + groups[g].bytes > budget) continue;
       keep[g] = true;
-      const double micros = recomputeMicros(ops, groups, keep, autograd_saved);
+      const double micros = recomputeMicros(ops, groups, keep, frame);
       keep[g] = false;
       const double ratio = (now - micros) / static_cast<double>(groups[g].bytes);
       if (ratio > best_ratio) {
@@ -347,21 +347,21 @@ std::vector<bool> greedy(const std::vector<ProfiledOp>& ops, const std::vector<G
 // time, the group whose loss adds the least recompute time per byte freed,
 // until the rest fits.
 std::vector<bool> shrink(const std::vector<ProfiledOp>& ops, const std::vector<Group>& groups, int64_t budget,
-                         const std::vector<bool>& holds_saved, const Recompute& autograd_saved) {
+                         const std::vector<bool>& holds_saved, const Recompute& frame) {
   std::vector<bool> keep(groups.size(), false);
   int64_t used = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
     keep[g] = groups[g].bytes == 0 || holds_saved[g] || groups[g].collective;
     used += keep[g] && !groups[g].collective ? groups[g].bytes : 0;  // collectives: outside `budget`
   }
-  double now = recomputeMicros(ops, groups, keep, autograd_saved);
+  double now = recomputeMicros(ops, groups, keep, frame);
   while (used > budget) {
     size_t best = groups.size();
     double best_cost = 0, best_micros = now;
     for (size_t g = 0; g < groups.size(); ++g) {
       if (!keep[g] || groups[g].bytes == 0 || groups[g].collective) continue;
       keep[g] = false;
-      const double micros = recomputeMicros(ops, groups, keep, autograd_saved);
+      const double micros = recomputeMicros(ops, groups, keep, frame);
       keep[g] = true;
       const double cost = (micros - now) / static_cast<double>(groups[g].bytes);
       if (best == groups.size() || cost < best_cost) {

@@ -46,8 +46,8 @@ class Frame;
 // difference from torch's is what counts as wanted: torch's frame holds
 // nothing, so its recompute runs to the last tensor autograd saved; hpac's
 // stops at the last one it does not hold. A plan that keeps what the tail of a
-// region saves lets the recompute stop before the tail (Note [Planning with
-// the dataflow], policy/budget_plan.h). The determinism check covers the
+// region saves lets the recompute stop before the tail (Note [The recompute's
+// fixed cost], policy/budget_plan.h). The determinism check covers the
 // tensors the recompute produced.
 struct StopRecompute {};
 

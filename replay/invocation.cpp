@@ -358,9 +358,9 @@ at::Tensor Invocation::holdSaved(const at::Tensor& t) {
   if (phase_ != Phase::kForward || options_.allow_cache_mutation || outer_hooks_ != nullptr) return {};
   if (!t.defined() || !t.has_storage() || t.unsafeGetTensorImpl()->is_python_dispatch()) return {};
   const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-  const bool made = state_writes_.produced(storage);
-  if (profile_.active()) policy_->observeFrameHolds(made);  // Note [The recompute's fixed cost]
-  if (!policy_->holdsEverySaved() && !storage_.holds(storage) && made) return {};
+  // Note [The recompute's fixed cost]: the profile learns that this frame holds, and what it holds whatever the plan.
+  if (profile_.active()) policy_->observeFrameHolds(state_writes_.produced(storage));
+  if (!policy_->holdsEverySaved() && !storage_.holds(storage) && state_writes_.produced(storage)) return {};
   ++stats_.held;
   return detachedAlias(t);
 }
