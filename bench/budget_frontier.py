@@ -2,7 +2,7 @@
 
 Two models:
   qwen3_moe   the main job's model: the transformers Qwen3MoeForCausalLM of examples/training_demo/train.yaml
-              (hpac.hf_demo's; hpac.hf.prepare applies each mode), token batches as hpac-train's
+              (hpac.harness.demo's; hpac.hf.prepare applies each mode), token batches as hpac-train's
   moe_block   the block benchmark's Qwen3-MoE-style block (test/python/moe_block.py; bench/step_benchmark.cpp's
               shape: hidden 128, 4 heads, 4 experts top-2, expert width 192, batch 1), a stack of --block-layers,
               eager attention, no dropout; each block through hpac.checkpoint_wrapper
@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.join(ROOT, "plugin", "python"))
 sys.path.insert(0, os.path.join(ROOT, "test", "python"))
 import hpac  # noqa: E402
 from moe_block import Block  # noqa: E402
-import hpac.hf_compare as hc  # noqa: E402
+import hpac.harness.compare as hc  # noqa: E402
 from parity import compare  # noqa: E402
 
 FRACTIONS = [round(0.1 * i, 1) for i in range(11)]
@@ -57,7 +57,8 @@ def qwen3_moe(config_path, seq=None, batch=None):
     import transformers
     transformers.logging.set_verbosity_error()
     import hpac.hf as hf
-    import hpac.hf_compare as hc
+    import hpac.harness.compare as hc
+    import hpac.harness.models as hm
     config = hf.load_config(config_path)
     spec, train = config["model"], config["train"]
     train["seq_len"] = seq or train["seq_len"]
@@ -69,10 +70,10 @@ def qwen3_moe(config_path, seq=None, batch=None):
                f"{train['micro_batch']}, fp32")
 
     def build():
-        return hc.qwen3_moe_model(spec, train["seed"])
+        return hm.qwen3_moe_model(spec, train["seed"])
 
     m.build = build
-    m.batch = lambda step: hc.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"],
+    m.batch = lambda step: hm.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"],
                                           step)
     m.loss = lambda model, ids: model(input_ids=ids, labels=ids).loss
     registry = hf.load_registry()

@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.join(ROOT, "plugin", "python"))
 sys.path.insert(0, os.path.join(ROOT, "test", "python"))
 sys.path.insert(0, HERE)
 import hpac  # noqa: E402
-import hpac.hf_compare as hc  # noqa: E402
+import hpac.harness.compare as hc  # noqa: E402
 from budget_frontier import measure  # noqa: E402
 from parity import compare  # noqa: E402
 
@@ -54,7 +54,8 @@ def family(name, config_path):
     import transformers
     transformers.logging.set_verbosity_error()
     import hpac.hf as hf
-    import hpac.hf_compare as hc
+    import hpac.harness.compare as hc
+    import hpac.harness.models as hm
     config = hf.load_config(config_path)
     spec, train = config["model"], config["train"]
     if name == "qwen3_moe_wide":
@@ -69,12 +70,12 @@ def family(name, config_path):
 
     def batch(step):
         if step not in ids:
-            ids[step] = hc.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"],
+            ids[step] = hm.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"],
                                        step)
         return ids[step]
 
     def build(mode, compiled):
-        model = hc.qwen3_moe_model(spec, train["seed"])
+        model = hm.qwen3_moe_model(spec, train["seed"])
         model.config.use_cache = False  # as the checkpointed modes set it: the same model in every method
         cfg = hc.mode_config(config, mode)
         cfg["train"]["compile"] = compiled

@@ -56,16 +56,16 @@ def main():
     transformers.logging.set_verbosity_error()
     import hpac
     import hpac.hf as hf
-    import hpac.hf_compare as hc
+    import hpac.harness.models as hm
     config = hf.load_config(args.config)
     spec, train = config["model"], config["train"]
-    model = hc.qwen3_moe_model(spec, train["seed"])
+    model = hm.qwen3_moe_model(spec, train["seed"])
     budgets = []
     for layer in model.model.layers:
         budgets.append(hpac.budget(0.5, profile_invocations=args.profiles))
         hpac.checkpoint_wrapper(layer, mode=budgets[-1])
     for step in range(args.profiles):
-        ids = hc.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step)
+        ids = hm.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step)
         model(input_ids=ids, labels=ids).loss.backward()
         model.zero_grad(set_to_none=True)
         print(f"profiled step {step + 1}/{args.profiles}", flush=True)

@@ -1,4 +1,4 @@
-"""Level1 on PyTorch's own engine: runs hpac.dist_train under torchrun for each layout of
+"""Level1 on PyTorch's own engine: runs hpac.harness.dist_train under torchrun for each layout of
 examples/distributed/torchrun/ (FSDP2 alone, TP x FSDP2, expert parallel x FSDP2, TP x EP x FSDP2; 2 and 4 Gloo ranks
 on loopback; cp2 needs CUDA: tools/gpu_level1.sh)
 and writes the figures to bench/results/dist_torchrun.json: per rank and mode, the peak tensor bytes above the step's
@@ -44,12 +44,13 @@ def _free_port():
 
 
 def _torchrun(python, config, ranks, extra=()):
-    """hpac.dist_train on `ranks` ranks; returns (its JSON, wall seconds). Rank 0's lines are echoed as they come."""
+    """hpac.harness.dist_train on `ranks` ranks; returns (its JSON, wall seconds). Rank 0's lines are echoed as they
+    come."""
     with tempfile.TemporaryDirectory() as tmp:
         out_json = os.path.join(tmp, "run.json")
         cmd = [python, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-addr", "127.0.0.1",
-               "--master-port", str(_free_port()), "-m", "hpac.dist_train", "--config", config, "--json", out_json,
-               *extra]
+               "--master-port", str(_free_port()), "-m", "hpac.harness.dist_train", "--config", config,
+               "--json", out_json, *extra]
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(ROOT, "plugin", "python"))
         start = time.time()
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env)
@@ -83,7 +84,7 @@ def run(python, layout, ranks):
     return {"layout": layout, "ranks": ranks, "parallel": data["parallel"], "model": data["model"],
             "train": data["train"], "torch": data["torch"], "transformers": data["transformers"],
             "wall_s": wall_s, "per_rank": per_rank,
-            "command": f"torchrun --nproc-per-node {ranks} -m hpac.dist_train --config {config}"}
+            "command": f"torchrun --nproc-per-node {ranks} -m hpac.harness.dist_train --config {config}"}
 
 
 def drift(python, steps):
@@ -103,7 +104,7 @@ def drift(python, steps):
     return {"layout": DRIFT_LAYOUT, "ranks": data["ranks"], "parallel": data["parallel"], "model": data["model"],
             "train": data["train"], "torch": data["torch"], "transformers": data["transformers"],
             "memory_budget": DRIFT_BUDGET, "wall_s": wall_s, "cores": os.cpu_count(), "threads_per_rank": 1,
-            "command": f"torchrun --nproc-per-node 4 -m hpac.dist_train --config "
+            "command": f"torchrun --nproc-per-node 4 -m hpac.harness.dist_train --config "
                        f"examples/distributed/torchrun/{DRIFT_LAYOUT}.yaml (mode budget, memory_budget "
                        f"{DRIFT_BUDGET}) --steps {steps} --modes off,full,selective,budget --tolerance "
                        f"{DRIFT_TOLERANCE:g}", "tolerance_1rank": DRIFT_TOLERANCE,

@@ -40,7 +40,8 @@ sys.path.insert(0, os.path.join(ROOT, "plugin", "python"))
 sys.path.insert(0, HERE)
 import budget_frontier  # noqa: E402
 import hpac  # noqa: E402
-import hpac.hf_compare as hc  # noqa: E402
+import hpac.harness.compare as hc  # noqa: E402
+import hpac.harness.models as hm  # noqa: E402
 
 DEFAULT_OUT = os.path.join(HERE, "results", "frontier_30b.json")
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -54,16 +55,7 @@ def build(layers, vocab, seq, dtype):
     config = hf.parse_config(f"model: {{preset: qwen3_moe_30b_a3b, num_layers: {layers}, vocab_size: {vocab}}}\n"
                              f"train: {{seq_len: {seq}, micro_batch: 1}}\n", "frontier_30b.yaml")
     spec = config["model"]
-    torch.manual_seed(1234)
-    cfg = hc.qwen3_moe_config(spec, max_position_embeddings=max(4096, seq))
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)  # built in its dtype: no float32 copy of the experts
-    try:
-        model = transformers.Qwen3MoeForCausalLM(cfg)
-    finally:
-        torch.set_default_dtype(default)
-    model.train()
-    return model, spec
+    return hm.qwen3_moe_model(spec, 1234, dtype=dtype, max_position_embeddings=max(4096, seq)), spec
 
 
 def step(model, ids):
@@ -253,7 +245,7 @@ def main():
             label = f"qwen3_30b_a3b_{a.layers}L_seq{seq}_{dtype}"
             model, spec = build(a.layers, a.vocab, seq, DTYPES[dtype])
             data["model"] = spec
-            ids = hc.token_batch(a.vocab, 1, seq, 1234, 0)
+            ids = hm.token_batch(a.vocab, 1, seq, 1234, 0)
             rows = eager_rows(model, ids, a.steps, log, label, methods)
             entry = data["models"][label] = {
                 "shape": (f"transformers Qwen3MoeForCausalLM at Qwen3-30B-A3B's layer shapes, {a.layers} layer(s), "

@@ -204,7 +204,7 @@ def target_model(a, layers):
     o = target_options(a)
     spec = ts.model_spec(layers, o.experts, o.vocab, tiny=o.tiny)
     model = ts.build(spec, o.seq, DTYPES[a.dtype], a.device)
-    ids = __import__("hpac.hf_compare", fromlist=["token_batch"]).token_batch(spec["vocab_size"], 1, o.seq, 1234,
+    ids = __import__("hpac.harness.models", fromlist=["token_batch"]).token_batch(spec["vocab_size"], 1, o.seq, 1234,
                                                                                0).to(a.device)
     return model, ids
 
@@ -226,7 +226,7 @@ def fwd_bwd(model, ids, memory):
 
 def interleaved(model, ids, memory, apply, methods, steps, log, label):
     """Every method once per round (rotated), after a warm-up round: {method: {ms, peak, kept, grads of the last}}."""
-    import hpac.hf_compare as hc
+    import hpac.harness.compare as hc
     rec = {m: {"s": [], "peak": [], "kept": []} for m in methods}
     grads = {}
     for r in range(steps + 1):

@@ -55,7 +55,8 @@ def main():
     transformers.logging.set_verbosity_error()
     import hpac
     import hpac.hf as hf
-    import hpac.hf_compare as hc
+    import hpac.harness.compare as hc
+    import hpac.harness.models as hm
 
     config = hf.parse_config(f"model: {{preset: qwen3_moe_30b_a3b, num_layers: {args.layers}, vocab_size: "
                              f"{args.vocab}}}\ntrain: {{seq_len: {args.seq}, micro_batch: {args.batch}, dtype: "
@@ -63,17 +64,10 @@ def main():
     spec = config["model"]
 
     def build():
-        torch.manual_seed(1234)
-        cfg = hc.qwen3_moe_config(spec, max_position_embeddings=max(4096, args.seq))
-        default = torch.get_default_dtype()
-        torch.set_default_dtype(torch.bfloat16)  # built in bfloat16: no float32 copy of the experts
-        try:
-            return transformers.Qwen3MoeForCausalLM(cfg)
-        finally:
-            torch.set_default_dtype(default)
+        return hm.qwen3_moe_model(spec, 1234, dtype=torch.bfloat16, max_position_embeddings=max(4096, args.seq))
 
     def batch(step):
-        return hc.token_batch(spec["vocab_size"], args.batch, args.seq, 1234, step)
+        return hm.token_batch(spec["vocab_size"], args.batch, args.seq, 1234, step)
 
     registry = hf.load_registry()
     rows, losses = [], {}

@@ -117,7 +117,8 @@ def main(argv=None):
     transformers.logging.set_verbosity_error()
     import hpac
     import hpac.hf as hf
-    import hpac.hf_compare as hc
+    import hpac.harness.compare as hc
+    import hpac.harness.models as hm
     from parity import compare
     oracle = bench_plan_oracle()
     torch.set_num_threads(1)
@@ -129,10 +130,10 @@ def main(argv=None):
 
     config = hf.load_config(CONFIG)
     spec, train = config["model"], config["train"]
-    base = hc.qwen3_moe_model(spec, train["seed"])
+    base = hm.qwen3_moe_model(spec, train["seed"])
 
     def batch(step):
-        return hc.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step)
+        return hm.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step)
 
     models = {"off": copy.deepcopy(base)}
     for mode in ("full", "selective"):

@@ -101,7 +101,7 @@ def replay(base, plans, batch, steps):
     every step, one warm-up step. Returns ({name: {"forward": [s], "backward": [s]}}, {name: gradients bit for bit
     equal to off's in every step})."""
     import hpac
-    import hpac.hf_compare as hc
+    import hpac.harness.compare as hc
     from parity import compare
     models = {"off": copy.deepcopy(base)}
     for name, paths in plans.items():
@@ -161,15 +161,15 @@ def main():
     import transformers
     transformers.logging.set_verbosity_error()
     import hpac.hf as hf
-    import hpac.hf_compare as hc
+    import hpac.harness.models as hm
     import plan_oracle  # noqa: F401 (scipy: missing, the run stops before the first profile)
 
     started = time.perf_counter()
     log = lambda msg: print(f"[plan_oracle {time.perf_counter() - started:.0f}s] {msg}", flush=True)
     config = hf.load_config(CONFIG)
     spec, train = config["model"], config["train"]
-    base = hc.qwen3_moe_model(spec, train["seed"])
-    batch = lambda step: hc.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"],
+    base = hm.qwen3_moe_model(spec, train["seed"])
+    batch = lambda step: hm.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"],
                                         step)
     tmp = tempfile.mkdtemp(prefix="hpac-plan-oracle-")
     rows = []

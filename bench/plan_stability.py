@@ -29,15 +29,15 @@ def one_run(cost, profiles):
     transformers.logging.set_verbosity_error()
     import hpac
     import hpac.hf as hf
-    import hpac.hf_compare as hc
+    import hpac.harness.models as hm
     config = hf.load_config(CONFIG)
     spec, train = config["model"], config["train"]
-    model = hc.qwen3_moe_model(spec, train["seed"])
+    model = hm.qwen3_moe_model(spec, train["seed"])
     budgets = [hpac.budget(0.5, profile_invocations=profiles, cost=cost.split("-")[0]) for _ in model.model.layers]
     for layer, b in zip(model.model.layers, budgets):
         hpac.checkpoint_wrapper(layer, mode=b)
     for step in range(profiles):
-        ids = hc.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step)
+        ids = hm.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step)
         model(input_ids=ids, labels=ids).loss.backward()
         model.zero_grad(set_to_none=True)
     layers = []

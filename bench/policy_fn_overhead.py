@@ -53,7 +53,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 import hpac  # noqa: E402
-from hpac.hf_compare import rotated  # noqa: E402
+from hpac.harness.compare import rotated  # noqa: E402
 
 if hpac._major_minor(torch.__version__) < (2, 4):
     sys.exit(f"bench/policy_fn_overhead.py: PyTorch's selective checkpointing needs torch >= 2.4 (this is torch "

@@ -27,7 +27,7 @@ import torch  # noqa: E402
 
 import hpac  # noqa: E402
 import hpac.hf as hf  # noqa: E402
-import hpac.hf_compare as hc  # noqa: E402
+import hpac.harness.models as hm  # noqa: E402
 
 DEFAULT_OUT = os.path.join(HERE, "results", "recompute_floor.json")
 CONFIG = os.path.join(HERE, "..", "examples", "training_demo", "train.yaml")
@@ -63,7 +63,7 @@ def main(argv=None):
     torch.set_num_threads(1)
     config = hf.load_config(CONFIG)
     spec, train = config["model"], config["train"]
-    model = hc.qwen3_moe_model(spec, train["seed"])
+    model = hm.qwen3_moe_model(spec, train["seed"])
     layer = model.model.layers[0]
     batch, seq, hidden = train["micro_batch"], train["seq_len"], spec["hidden_size"]
     torch.manual_seed(1)

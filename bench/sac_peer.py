@@ -38,7 +38,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "test", "python"))
 import hpac  # noqa: E402
-from hpac.hf_compare import rotated  # noqa: E402
+from hpac.harness.compare import rotated  # noqa: E402
 from moe_block import ATTENTION_KINDS, Block  # noqa: E402
 from parity import compare  # noqa: E402
 

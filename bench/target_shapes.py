@@ -53,7 +53,9 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "plugin", "python"))
 sys.path.insert(0, HERE)
 import hpac  # noqa: E402
-import hpac.hf_compare as hc  # noqa: E402
+import hpac.harness.compare as hc  # noqa: E402
+import hpac.harness.models as hm  # noqa: E402
+from hpac.harness.stats import Memory  # noqa: E402
 
 DEFAULT_OUT = os.path.join(HERE, "results", "target_shapes.json")
 # Sequences per step: the least at which selective and both budgets keep more per layer than a layer's gradients take
@@ -70,31 +72,6 @@ TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_d
             num_experts_per_tok=2)
 
 
-class Memory:
-    """Allocated bytes on the run's device: hpac's tracking CPU allocator, or the CUDA caching allocator's counters."""
-
-    def __init__(self, device):
-        self.cuda = torch.device(device).type == "cuda"
-        if not self.cuda:
-            hpac.track_memory()
-
-    def sync(self):
-        if self.cuda:
-            torch.cuda.synchronize()
-
-    def current(self):
-        return torch.cuda.memory_allocated() if self.cuda else hpac.memory_stats()["current_bytes"]
-
-    def peak(self):
-        return torch.cuda.max_memory_allocated() if self.cuda else hpac.memory_stats()["peak_bytes"]
-
-    def reset_peak(self):
-        if self.cuda:
-            torch.cuda.reset_peak_memory_stats()
-        else:
-            hpac.reset_peak_memory()
-
-
 def model_spec(layers, experts, vocab, tiny=False):
     """The preset's `model` section (hpac.hf.parse_config, the C++ parser) with the counts replaced."""
     import hpac.hf as hf
@@ -107,17 +84,7 @@ def model_spec(layers, experts, vocab, tiny=False):
 def build(spec, seq, dtype, device):
     import transformers
     transformers.logging.set_verbosity_error()
-    torch.manual_seed(1234)
-    cfg = hc.qwen3_moe_config(spec, max_position_embeddings=max(4096, seq))
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)  # built in its dtype: no float32 copy
-    try:
-        with torch.device(device):
-            model = transformers.Qwen3MoeForCausalLM(cfg)
-    finally:
-        torch.set_default_dtype(default)
-    model.train()
-    return model
+    return hm.qwen3_moe_model(spec, 1234, dtype=dtype, device=device, max_position_embeddings=max(4096, seq))
 
 
 class Modes:
@@ -187,7 +154,7 @@ def measure_layers(layers, a, memory, log):
     params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0)
     modes = Modes(model, a.modes, a.compile_backend)
-    ids = hc.token_batch(spec["vocab_size"], batch_of(a), a.seq, 1234, 0).to(a.device)
+    ids = hm.token_batch(spec["vocab_size"], batch_of(a), a.seq, 1234, 0).to(a.device)
     keys = ("s", "peak", "above", "kept", "start", "loss", "above_fb")
     rec = {m: {k: [] for k in keys} for m in a.modes}
     warm = {}

@@ -53,7 +53,7 @@ import torch.nn.functional as F  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 import hpac  # noqa: E402
 import hpac.torchtitan as hpac_tt  # noqa: E402
-from hpac.hf_compare import rotated  # noqa: E402
+from hpac.harness.compare import rotated  # noqa: E402
 
 VARIANTS = ("off", "torchtitan", "hpac_torchtitan", "hpac_policy_fn", "hpac_selective", "hpac_budget")
 

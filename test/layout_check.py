@@ -1,9 +1,12 @@
 """Checks the include direction drawn in docs/design.md ("The map"): every `#include "…"` of a project file names
 a file of its own folder or of a folder it may depend on; and the few files that must stay apart inside a folder
-(NOT_INCLUDED) do, directly or through other project headers. Prints each offending include and exits 1.
+(NOT_INCLUDED) do, directly or through other project headers. And the Python boundary: no module of the library
+(plugin/python/hpac outside hpac/harness) imports from the harness, by any spelling of the import. Prints each
+offending include or import and exits 1.
 
 Usage: python3 test/layout_check.py [PROJECT_ROOT]
 """
+import ast
 import os
 import re
 import sys
@@ -62,6 +65,65 @@ def include_chain(graph, start, target):
     return None
 
 
+PACKAGE = os.path.join("plugin", "python", "hpac")
+HARNESS = "harness"  # hpac.harness: test, demo and benchmark scaffolding, not API (its __init__ says so)
+
+
+def harness_imports(tree, package):
+    """(line, what) of every import in `tree` that reaches hpac.harness: `import hpac.harness[.x]`,
+    `from hpac.harness[.x] import …`, `from hpac import harness`, relative imports resolved against `package`
+    (the module's dotted package, e.g. "hpac" or "hpac.hf"), and __import__ / importlib.import_module of a literal
+    name."""
+    target = "hpac." + HARNESS
+
+    def reaches(name):
+        return name == target or name.startswith(target + ".")
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, f"import {a.name}") for a in node.names if reaches(a.name)]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                base = ".".join(parent + ([node.module] if node.module else []))
+            names = [f"{base}.{a.name}" for a in node.names]
+            if reaches(base) or any(reaches(n) for n in names):
+                found.append((node.lineno, f"from {'.' * node.level}{node.module or ''} import "
+                                           f"{', '.join(a.name for a in node.names)}"))
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if called in ("__import__", "import_module") and isinstance(node.args[0].value, str) \
+                    and reaches(node.args[0].value):
+                found.append((node.lineno, f"{called}({node.args[0].value!r})"))
+    return found
+
+
+def python_boundary(root):
+    """(modules checked, offences): the library's modules that import from the harness."""
+    bad, checked = [], 0
+    top = os.path.join(root, PACKAGE)
+    for dirpath, dirnames, names in os.walk(top):
+        rel = os.path.relpath(dirpath, top)
+        if rel.split(os.sep)[0] == HARNESS:
+            continue
+        package = "hpac" + ("" if rel == "." else "." + rel.replace(os.sep, "."))
+        for name in sorted(n for n in names if n.endswith(".py")):
+            path = os.path.join(dirpath, name)
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), path)
+            checked += 1
+            for line, what in harness_imports(tree, package):
+                bad.append(f"{os.path.relpath(path, root)}:{line}: {what}: a library module imports from "
+                           f"hpac.{HARNESS}, which is test scaffolding and not API; move what it needs into the "
+                           "library, or the importing code into the harness")
+    if checked == 0:
+        bad.append(f"{PACKAGE}: no Python module found; update PACKAGE")
+    return checked, bad
+
+
 def main(root):
     bad = []
     checked = 0
@@ -98,10 +160,12 @@ def main(root):
             if chain:
                 through = f" (through {', '.join(chain[1:-1])})" if len(chain) > 2 else ""
                 bad.append(f"{path}: includes {header}{through}, which it must not: {why}")
-    for line in bad:
+    modules, python_bad = python_boundary(root)
+    for line in bad + python_bad:
         print("layout:", line)
-    print(f"layout: {checked} project includes checked, {len(bad)} against the map")
-    return 1 if bad else 0
+    print(f"layout: {checked} project includes checked, {len(bad)} against the map; {modules} library modules "
+          f"checked, {len(python_bad)} importing from hpac.{HARNESS}")
+    return 1 if bad or python_bad else 0
 
 
 if __name__ == "__main__":

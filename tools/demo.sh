@@ -6,7 +6,7 @@
 # evidence). Extra arguments go to hpac-train (see hpac-train --help); the core
 # evidence table of the checkpoint itself is build/tools/demo/hpac-demo.
 # Then the same YAML on the real Hugging Face Qwen3MoeForCausalLM (python -m
-# hpac.hf_demo, docs/python.md), where the project's Python has transformers.
+# hpac.harness.demo, docs/python.md), where the project's Python has transformers.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/tools/build.sh"
@@ -23,7 +23,7 @@ if "$python" -c 'import transformers' 2>/dev/null; then
   echo "== the same config on the real transformers Qwen3MoeForCausalLM (hpac.hf) =="
   HPAC_LIBRARY="$build/plugin/libhpac.so" HPAC_CONFIG_LIBRARY="$build/tools/trainer/libhpac_config.so" \
     PYTHONPATH="$root/plugin/python${PYTHONPATH:+:$PYTHONPATH}" \
-    "$python" -m hpac.hf_demo --config "$root/examples/training_demo/train.yaml"
+    "$python" -m hpac.harness.demo --config "$root/examples/training_demo/train.yaml"
 else
-  echo "[demo] $python has no transformers: the real-model comparison (python -m hpac.hf_demo) is skipped" >&2
+  echo "[demo] $python has no transformers: the real-model comparison (python -m hpac.harness.demo) is skipped" >&2
 fi

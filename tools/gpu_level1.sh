@@ -9,7 +9,8 @@
 #    HPAC_DEB_DIR (default .debs/ in the checkout; made on a Debian 12 machine with
 #    `apt-get download libabsl-dev libabsl20220623 libyaml-cpp-dev libyaml-cpp0.7`).
 # 2. torch's own context_parallel on cuda, no hpac (test/python/dist/context_parallel_probe.py, 2 ranks).
-# 3. hpac.dist_train --device cuda, 3 steps each, every rank against the 1-rank run and full / selective against off:
+# 3. hpac.harness.dist_train --device cuda, 3 steps each, every rank against the 1-rank run and full / selective
+#    against off:
 #    cp2 (torch's context_parallel, ring attention over 2 ranks), tp2, dp2_fsdp, ep2_dp2_fsdp.
 # Two ranks run on two GPUs with NCCL, or share one GPU over Gloo when there is one (NCCL refuses two ranks on one
 # device). HPAC_GPU_PYTHON picks the Python (default: python3). Each step's output goes to OUT_DIR/<step>.log, each
@@ -53,7 +54,7 @@ torchrun() { "$python" -m torch.distributed.run --nproc-per-node 2 --master-addr
 
 step cp_probe 120 torchrun "$root/test/python/dist/context_parallel_probe.py" --device cuda
 for layout in cp2 tp2 dp2_fsdp ep2_dp2_fsdp; do
-  step "$layout" 150 torchrun -m hpac.dist_train --config "$root/examples/distributed/torchrun/$layout.yaml" \
+  step "$layout" 150 torchrun -m hpac.harness.dist_train --config "$root/examples/distributed/torchrun/$layout.yaml" \
     --device cuda --steps 3 --json "$out/$layout.json"
 done
 say "passed: ${passed[*]:-none}; failed: ${failed[*]:-none} (logs and JSON in $out)"

@@ -104,7 +104,8 @@ for name, (policy, run) in runs.items():
 
 # --- hpac.hf from the wheel alone: config parser, registry and route planner inside the package ------------------
 import hpac.hf as hf  # noqa: E402
-import hpac.hf_compare as hc  # noqa: E402
+import hpac.harness.compare as hc  # noqa: E402
+import hpac.harness.models as hm  # noqa: E402
 import transformers  # noqa: E402
 
 transformers.logging.set_verbosity_error()
@@ -122,13 +123,12 @@ spec, train = config["model"], config["train"]
 
 
 def build_qwen3_moe():
-    torch.manual_seed(train["seed"])
-    return transformers.Qwen3MoeForCausalLM(hc.qwen3_moe_config(spec))
+    return hm.qwen3_moe_model(spec, train["seed"])
 
 
 hf_runs = hc.train_compare(
     build_qwen3_moe, config,
-    lambda step: hc.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step),
+    lambda step: hm.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step),
     steps=train["steps"], lr=train["lr"], track_memory=False, registry=registry)
 for row in hc.summary(hf_runs):
     recomputed = row["mode"] == "off" or (row["route"] != "off" and row["recomputed"] > 0)

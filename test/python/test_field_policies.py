@@ -48,8 +48,8 @@ def qwen3_moe(norm_topk_prob):
         model = transformers.LlamaForCausalLM(cfg)
         model.train()
     else:
-        import hpac.hf_compare as hc
-        model = hc.qwen3_moe_model(dict(SPEC, norm_topk_prob=norm_topk_prob), 1234)
+        import hpac.harness.models as hm
+        model = hm.qwen3_moe_model(dict(SPEC, norm_topk_prob=norm_topk_prob), 1234)
     model.config.use_cache = False
     return model
 

@@ -232,7 +232,8 @@ absl::StatusOr<Ranks> launchOrConnect(const Args& args, const TrainConfig& confi
     return absl::InvalidArgumentError(absl::StrCat(
         args.config_path, ": parallel.cp ", layout.cp,
         ": hpac-train has no context parallel (it splits attention by heads, never by sequence); allowed: cp 1 "
-        "here, or run the config under torchrun -m hpac.dist_train, which uses torch's context_parallel on CUDA"));
+        "here, or run the config under torchrun -m hpac.harness.dist_train, which uses torch's context_parallel "
+        "on CUDA"));
   }
   const bool in_job = std::getenv("HPAC_RANK") != nullptr;
   if (args.nproc && !in_job) {

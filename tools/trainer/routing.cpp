@@ -146,7 +146,7 @@ absl::StatusOr<Preparation> prepareModel(ZooModel& model, const TrainConfig& con
   if (config.train.compile) {
     // Note [hpac under torch.compile] (docs/design.md): hpac.hf compiles each layer after wrapping.
     logger.info("train.compile: true chooses the routes only here: libtorch has no compiler, every layer runs "
-                "eagerly; python -m hpac.hf_demo compiles each layer after wrapping");
+                "eagerly; python -m hpac.harness.demo compiles each layer after wrapping");
   }
   if (plan->needs_model) {
     auto discovery = discoverLayers(model, registry);

@@ -334,7 +334,7 @@ void compareStep(const Comparison& c, int64_t s, std::ostream& out, CompareResul
   }
 }
 
-// What the budget layers' plans keep, summed over the layers (the table's footer; Python's hpac.hf_compare writes
+// What the budget layers' plans keep, summed over the layers (the table's footer; Python's hpac.harness.compare writes
 // the same sentence from hpac.Budget.status()).
 std::string budgetNote(const Trainer& trainer, const TrainConfig& config) {
   int64_t kept = 0, off = 0, saved = 0, skipped = 0, ops = 0, layers = 0;
@@ -407,8 +407,8 @@ absl::StatusOr<CompareResult> runCompare(const TrainConfig& config, const ModelR
 }
 
 // Note [One table for the main job]
-// hpac-train --compare and python -m hpac.hf_demo print the same table (hpac.hf_compare.format_table is its Python
-// twin): the same columns; peak_vs_off and time_vs_off as signed changes against off (-67.8% is less memory than
+// hpac-train --compare and python -m hpac.harness.demo print the same table (hpac.harness.compare.format_table is its
+// Python twin): the same columns; peak_vs_off and time_vs_off as signed changes against off (-67.8% is less memory than
 // off, +34.3% more time); step_time the median over steps (the mean of the middle two for an even count); the same
 // route words; then one footer line per budget row saying what its plans keep.
 std::string formatCompareTable(const CompareResult& result) {

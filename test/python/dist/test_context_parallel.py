@@ -1,5 +1,5 @@
 """Context parallel (parallel.cp): torch 2.13's context_parallel does not run on CPU (Note [Context parallel needs
-CUDA], hpac/distributed.py), so the runner refuses cp > 1 on CPU before the first step on every rank, and refuses
+CUDA], hpac/harness/parallel.py), so the runner refuses cp > 1 on CPU before the first step on every rank, and refuses
 the layouts and attentions it cannot split. The probe records torch's own behaviour: when torch learns the CPU
 attention kernel the first test turns red, and the refusal should go."""
 import copy
@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-import hpac.distributed as hd
+import hpac.harness.parallel as hp
 import hpac.hf as hf
-import hpac.hf_compare as hc
+import hpac.harness.models as hm
 from torchrun_harness import REPO, torchrun, write_config
 
 PROBE = f"{REPO}/test/python/dist/context_parallel_probe.py"
@@ -52,12 +52,12 @@ def _config(tmp_path, parallel, seq_len=16):
 ])
 def test_bad_context_parallel_layouts(tmp_path, parallel, world, device, message):
     with pytest.raises(ValueError) as e:
-        hd.check_layout(_config(tmp_path, parallel), world, device)
+        hp.check_layout(_config(tmp_path, parallel), world, device)
     assert message in str(e.value)
 
 
 def test_cp_rules_pass_for_a_splittable_layout(tmp_path):
-    hd.check_layout(_config(tmp_path, "{cp: 2, dp: 2, fsdp: true}"), 4, "cuda")  # no error
+    hp.check_layout(_config(tmp_path, "{cp: 2, dp: 2, fsdp: true}"), 4, "cuda")  # no error
 
 
 def test_cp_sequence_must_split_into_2cp_chunks(tmp_path):
@@ -70,15 +70,15 @@ def test_cp_sequence_must_split_into_2cp_chunks(tmp_path):
 @pytest.mark.parametrize("impl,window", [("eager", None), ("sdpa", 8)])
 def test_cp_refuses_an_attention_it_cannot_split(tmp_path, impl, window):
     config = _config(tmp_path, "{cp: 2}")
-    model = hc.qwen3_moe_model(config["model"], 1)
+    model = hm.qwen3_moe_model(config["model"], 1)
     model.config._attn_implementation = impl
     if window:
         model.config.use_sliding_window, model.config.sliding_window = True, window
-    layout = hd.Layout(config["parallel"], 0, 2, "cuda")
+    layout = hp.Layout(config["parallel"], 0, 2, "cuda")
     with pytest.raises(ValueError) as e:
-        hd.check_cp_attention(model, layout)
+        hp.check_cp_attention(model, layout)
     assert f"attn_implementation '{impl}'" in str(e.value) and "cannot be split over the sequence" in str(e.value)
     if window:
         assert f"sliding_window {window}" in str(e.value)
     model.config._attn_implementation, model.config.use_sliding_window = "sdpa", False
-    hd.check_cp_attention(model, layout)  # the model as the runner builds it passes
+    hp.check_cp_attention(model, layout)  # the model as the runner builds it passes

@@ -1,5 +1,5 @@
-"""mode budget on several ranks (hpac.dist_train under torchrun, Gloo on loopback): every rank profiles in step 1 and
-then replays rank 0's plan (Note [One budget plan for every rank], hpac/distributed.py). Asserted: every rank holds
+"""mode budget on several ranks (hpac.harness.dist_train under torchrun, Gloo on loopback): every rank profiles in
+step 1 and then replays rank 0's plan (Note [One budget plan for every rank], hpac/distributed.py). Asserted: every rank holds
 the same plan text from step 2 on, parity with off (bit for bit) and with the 1-rank run, the counts of a profile
 (as full) and of a plan (as selective), and a rank whose region leaves the shared plan failing on every rank with
 one message."""

@@ -1,5 +1,5 @@
-"""hpac on FSDP2, DTensor tensor parallelism and expert-parallel all-to-all (hpac.dist_train under torchrun, 2 Gloo
-ranks on loopback, the real tiny Qwen3MoeForCausalLM): parity of every rank with the 1-rank run, full and selective
+"""hpac on FSDP2, DTensor tensor parallelism and expert-parallel all-to-all (hpac.harness.dist_train under torchrun,
+2 Gloo ranks on loopback, the real tiny Qwen3MoeForCausalLM): parity of every rank with the 1-rank run, full and selective
 bit for bit with off, the per-phase counts of functional collectives and FSDP2 ops, a config that differs between
 ranks, a rank that dies inside a selective region."""
 import json
@@ -120,7 +120,8 @@ def test_dead_rank_in_selective_region_ends_job_bounded(tmp_path):
 
 def test_rank_shutdown_under_load(tmp_path):
     """The shutdown path looped under CPU load (two busy processes beside the job, as when CTest runs other entries):
-    every rank ends with status 0 and no abort at exit (Note [A rank exits without teardown], hpac/dist_train.py)."""
+    every rank ends with status 0 and no abort at exit (Note [A rank exits without teardown],
+    hpac/harness/dist_train.py)."""
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
         for i in range(3):

@@ -1,5 +1,5 @@
 """Failures users of PyTorch's selective activation checkpointing reported on MoE training, reproduced with hpac on the
-real transformers Qwen3MoeForCausalLM (hpac.dist_train under torchrun, 2 Gloo ranks on loopback):
+real transformers Qwen3MoeForCausalLM (hpac.harness.dist_train under torchrun, 2 Gloo ranks on loopback):
 
 - FSDP2 with the experts sharded on dim 1 (`fully_shard(..., shard_placement_fn=...)` -> Shard(1), torchtitan
   PR #1561 / #2668 do so when there are more FSDP ranks than experts): FSDP2's all-gather copy-out then chunks and
@@ -60,7 +60,7 @@ def test_experts_sharded_on_dim1(tmp_path):
 @pytest.mark.parametrize("dim", [0, 1])
 def test_experts_regathered_in_recompute(tmp_path, dim):
     """NeMo-Automodel #3958's order: the experts gathered before each layer's region in the forward and by the
-    recompute inside it (hpac.distributed.regather_experts_in_recompute), so FSDP2's copy-out runs in the recompute
+    recompute inside it (hpac.harness.parallel.regather_experts_in_recompute), so FSDP2's copy-out runs in the recompute
     only. Dim 0: its copy-out ops are in hpac's ignored table, and every mode trains exactly. Dim 1: the copy-out's
     aten::cat.out is not in that table, and hpac's selective recompute stopped with an error naming the op, the
     occurrence and the invocation (measured: `hpac: aten::cat.out occurrence 0 of invocation 8 is not in storage:

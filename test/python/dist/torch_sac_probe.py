@@ -1,6 +1,6 @@
 """PyTorch's own selective activation checkpointing in the setups of test_dist_train_field_failures.py: the real
-transformers Qwen3MoeForCausalLM on 2 Gloo ranks, FSDP2 over dp (hpac.distributed.parallelize and shard, the experts
-on --expert-shard-dim), each decoder layer under torch.utils.checkpoint.checkpoint(use_reentrant=False,
+transformers Qwen3MoeForCausalLM on 2 Gloo ranks, FSDP2 over dp (hpac.harness.parallel.parallelize and shard, the
+experts on --expert-shard-dim), each decoder layer under torch.utils.checkpoint.checkpoint(use_reentrant=False,
 context_fn=create_selective_checkpoint_contexts(policy)) with no hpac in the region, 2 steps against the same model
 without checkpointing. A harness script, not a test (the tests assert hpac's behaviour; this one records torch's):
 
@@ -42,37 +42,38 @@ def main():
     warnings.filterwarnings("ignore")
     import transformers
     transformers.logging.set_verbosity_error()
-    import hpac._dist_oracle as oracle
-    import hpac.distributed as hd
+    import hpac.harness.oracle as oracle
+    import hpac.harness.parallel as hp
     import hpac.hf as hf
-    import hpac.hf_compare as hc
+    import hpac.harness.compare as hc
+    import hpac.harness.models as hm
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
     config = hf.load_config(args.config)
-    hd.check_expert_shard_dim(config, args.expert_shard_dim)
+    hp.check_expert_shard_dim(config, args.expert_shard_dim)
     spec, train = config["model"], config["train"]
-    layout = hd.Layout(config["parallel"], rank, world)
+    layout = hp.Layout(config["parallel"], rank, world)
     layout.build_groups()
     runs = {}
     for name in ("none", "torch-sac"):
-        model = hc.qwen3_moe_model(spec, train["seed"])
+        model = hm.qwen3_moe_model(spec, train["seed"])
         model.config.use_cache = False  # what hpac.hf.prepare sets: a cache would grow between forward and recompute
-        tp_partial, expert_params = hd.parallelize(model, config, layout)
+        tp_partial, expert_params = hp.parallelize(model, config, layout)
         if name == "torch-sac":
             for layer in model.model.layers:
                 layer.forward = functools.partial(checkpoint, layer.forward, use_reentrant=False,
                                                   context_fn=_context_fn(args.policy))
-        hd.shard(model, layout, expert_params, args.expert_shard_dim)
+        hp.shard(model, layout, expert_params, args.expert_shard_dim)
         if args.experts_regathered_in_recompute:
-            hd.regather_experts_in_recompute(model)
+            hp.regather_experts_in_recompute(model)
         runs[name] = (model, tp_partial, expert_params)
     mb = train["micro_batch"]
     where = (f"torch {torch.__version__} SAC (policy {args.policy}), expert shard dim {args.expert_shard_dim}"
              + (", experts re-gathered in the recompute" if args.experts_regathered_in_recompute else ""))
     worst = [0.0, 0.0]
     for step in range(2):
-        ids = hc.token_batch(spec["vocab_size"], mb * layout.dp, train["seq_len"], train["seed"], step)
+        ids = hm.token_batch(spec["vocab_size"], mb * layout.dp, train["seq_len"], train["seed"], step)
         ids = ids[layout.dp_rank * mb:(layout.dp_rank + 1) * mb]
         result = {}
         for name, (model, tp_partial, expert_params) in runs.items():
@@ -83,7 +84,7 @@ def main():
             except RuntimeError as e:
                 print(f"[rank {rank}] {where}: FAILED in step {step + 1}: {e}", flush=True)
                 os._exit(1)  # the peer may wait in a collective this rank never reaches
-            hd.reduce_gradients(model, layout, tp_partial, expert_params)
+            hp.reduce_gradients(model, layout, tp_partial, expert_params)
             result[name] = (loss.detach(), [oracle.full_grad(p) for p in model.parameters()])
         worst[0] = max(worst[0], hc.max_abs_diff(result["torch-sac"][0], result["none"][0]))
         worst[1] = max([worst[1]] + [hc.max_abs_diff(g, g0) for g, g0 in zip(result["torch-sac"][1],

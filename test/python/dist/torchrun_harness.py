@@ -1,5 +1,5 @@
 """What the torchrun tests share: the tiny Qwen3-MoE YAML, the 2-rank layouts, and torchrun() running
-hpac.dist_train (or a script) on 2 Gloo ranks over loopback, one thread each."""
+hpac.harness.dist_train (or a script) on 2 Gloo ranks over loopback, one thread each."""
 import os
 import socket
 import subprocess
@@ -31,7 +31,7 @@ def write_config(tmp_path, name, mode="selective", parallel="{dp: 2, fsdp: true}
     return str(path)
 
 
-def torchrun(*args, timeout=600, target=("-m", "hpac.dist_train"), nproc=2):
+def torchrun(*args, timeout=600, target=("-m", "hpac.harness.dist_train"), nproc=2):
     """Runs `target` (a module after -m, or a script path) with args on nproc ranks; returns (exit status, output,
     seconds) and prints the command and every "[rank N]" line."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(REPO, "plugin", "python"))

@@ -2,7 +2,7 @@
 import torch
 import transformers
 
-import hpac.hf_compare as hc
+import hpac.harness.models as hm
 
 # The trainer YAML's model section of the Level0 model: Qwen3-MoE, 4 layers, hidden 128, 8 experts top-2.
 QWEN3_MOE_YAML = """\
@@ -20,8 +20,8 @@ def seeded(fn, seed=1234):
     return model
 
 
-def qwen3_moe(spec):
-    return seeded(lambda: transformers.Qwen3MoeForCausalLM(hc.qwen3_moe_config(spec)))
+def qwen3_moe(spec, seed=1234):
+    return hm.qwen3_moe_model(spec, seed)
 
 
 def llama(layers=3):

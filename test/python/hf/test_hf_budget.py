@@ -6,7 +6,8 @@ short)."""
 import pytest
 
 import hpac.hf as hf
-import hpac.hf_compare as hc
+import hpac.harness.compare as hc
+import hpac.harness.models as hm
 import models
 
 STEPS = 2
@@ -44,7 +45,7 @@ def test_budgets_train_the_qwen3_moe_bit_for_bit_with_off():
     budgets = ["budget:0", "budget:0.5", "budget:1"]
     runs = hc.train_compare(
         lambda: models.qwen3_moe(spec), config,
-        lambda step: hc.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step),
+        lambda step: hm.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step),
         steps=STEPS, modes=["off"] + budgets, lr=train["lr"], log=None)
     off = runs["off"]
     for mode in budgets:

@@ -9,7 +9,8 @@ import torch._dynamo.testing
 import hpac
 import hpac._compile as hpac_compile
 import hpac.hf as hf
-import hpac.hf_compare as hc
+import hpac.harness.compare as hc
+import hpac.harness.models as hm
 import models
 
 STEPS = 3
@@ -31,7 +32,7 @@ def _model(spec):
 
 
 def _batch(spec, train):
-    return lambda step: hc.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step)
+    return lambda step: hm.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step)
 
 
 def test_compiled_layers_match_eager_off_with_one_compile_and_no_graph_break():

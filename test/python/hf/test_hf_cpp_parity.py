@@ -67,10 +67,11 @@ def test_same_yaml_same_route_and_wrap_counts(name, tmp_path):
 
 
 def test_one_table_for_the_main_job(tmp_path):
-    """hpac-train --compare and hpac.hf_compare print one table (Note [One table for the main job],
+    """hpac-train --compare and hpac.harness.compare print one table (Note [One table for the main job],
     tools/trainer/trainer.cpp): the same header, the same route and wrap words per mode, the same sign convention
     (every checkpointed mode's peak_vs_off negative here), and a budget footer saying what the plans keep."""
-    import hpac.hf_compare as hc
+    import hpac.harness.compare as hc
+    import hpac.harness.models as hm
 
     path = tmp_path / "main_job.yaml"
     path.write_text("model: {preset: qwen3_moe_tiny, num_layers: 2}\ntrain: {seq_len: 32, micro_batch: 2, steps: 2}\n"
@@ -82,7 +83,7 @@ def test_one_table_for_the_main_job(tmp_path):
     spec, train = config["model"], config["train"]
     runs = hc.train_compare(
         lambda: models.qwen3_moe(spec), config,
-        lambda step: hc.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step),
+        lambda step: hm.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step),
         steps=train["steps"], modes=hc.MODES + ("budget",), lr=train["lr"], log=None)
     py = hc.format_table(hc.summary(runs, config["activation_checkpoint"]["memory_budget"]["text"])).splitlines()
 

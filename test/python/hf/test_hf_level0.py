@@ -9,7 +9,8 @@ import torch
 
 import hpac
 import hpac.hf as hf
-import hpac.hf_compare as hc
+import hpac.harness.compare as hc
+import hpac.harness.models as hm
 import models
 
 STEPS = 5
@@ -45,7 +46,7 @@ def test_level0_qwen3_moe():
     spec, train = config["model"], config["train"]
     runs = hc.train_compare(
         lambda: models.qwen3_moe(spec), config,
-        lambda step: hc.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step),
+        lambda step: hm.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step),
         steps=STEPS, lr=train["lr"], log=None)
     assert runs["full"].prep.full_route == "native"
     assert type(runs["off"].model).__name__ == "Qwen3MoeForCausalLM"
@@ -59,7 +60,7 @@ def test_level0_dense_llama_submodule_route():
     without code generation, so compiled full and selective equal compiled off bit for bit)."""
     config = hf.parse_config("train: {compile: true}\n", "level0_llama.yaml")
     torch._dynamo.reset()
-    runs = hc.train_compare(models.llama, config, lambda step: hc.token_batch(256, 2, 32, 99, step), steps=STEPS,
+    runs = hc.train_compare(models.llama, config, lambda step: hm.token_batch(256, 2, 32, 99, step), steps=STEPS,
                             log=None, compile_backend="aot_eager")
     assert runs["full"].prep.full_route == "compile"
     for run in runs.values():
@@ -81,7 +82,7 @@ def test_level0_qwen3_moe_yaml_policy_torchtitan():
     def compare(cfg, modes, steps):
         return hc.train_compare(
             lambda: models.qwen3_moe(spec), cfg,
-            lambda step: hc.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"],
+            lambda step: hm.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"],
                                         step),
             steps=steps, modes=modes, lr=train["lr"], log=None)
 

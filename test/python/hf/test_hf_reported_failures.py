@@ -16,7 +16,8 @@ import torch
 import transformers
 
 import hpac.hf as hf
-import hpac.hf_compare as hc
+import hpac.harness.compare as hc
+import hpac.harness.models as hm
 import models
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -47,7 +48,7 @@ def _model(family):
 
 
 def _ids():
-    return hc.token_batch(256, 2, 16, 1234, 0)
+    return hm.token_batch(256, 2, 16, 1234, 0)
 
 
 def _grads(model):

@@ -6,7 +6,6 @@ bench/hf_qwen3_30b_layer.py).
     print(format_table(cmp))
 """
 import copy
-import statistics
 import time
 from dataclasses import InitVar, dataclass, field
 from typing import List, Optional
@@ -15,43 +14,9 @@ import torch
 
 import hpac
 import hpac.hf as hf
+from . import stats
 
 MODES = ("off", "full", "selective")
-
-
-def qwen3_moe_config(model_spec, **overrides):
-    """A transformers Qwen3MoeConfig from the trainer YAML's `model` section (the keys are Hugging Face's)."""
-    import transformers
-    keys = ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
-            "moe_intermediate_size", "num_experts", "num_experts_per_tok", "vocab_size", "norm_topk_prob",
-            "rope_theta", "rms_norm_eps")
-    kwargs = {k: model_spec[k] for k in keys}
-    kwargs["num_hidden_layers"] = model_spec["num_layers"]
-    kwargs.setdefault("max_position_embeddings", 4096)
-    kwargs.update(overrides)
-    rope_theta = kwargs.pop("rope_theta")
-    cfg = transformers.Qwen3MoeConfig(**kwargs)
-    cfg.rope_parameters = {"rope_type": "default", "rope_theta": rope_theta}
-    cfg._attn_implementation = "sdpa"
-    return cfg
-
-
-def qwen3_moe_model(model_spec, seed):
-    """A transformers Qwen3MoeForCausalLM with random weights drawn after torch.manual_seed(seed), in train mode."""
-    import transformers
-    torch.manual_seed(seed)
-    model = transformers.Qwen3MoeForCausalLM(qwen3_moe_config(model_spec))
-    model.train()
-    return model
-
-
-def token_batch(vocab, batch, seq, seed, step):
-    """Each row an arithmetic sequence modulo the vocabulary, start and stride drawn from a generator seeded by
-    (seed, step): the formula of hpac-train's tokenBatch (tools/trainer/trainer.cpp), strides below 8."""
-    g = torch.Generator().manual_seed(seed * 7919 + step + 1)
-    start = torch.randint(0, vocab, (batch, 1), generator=g)
-    stride = torch.randint(1, max(2, min(vocab, 8)), (batch, 1), generator=g)
-    return (start + stride * torch.arange(seq).unsqueeze(0)) % vocab
 
 
 def max_abs_diff(a, b):
@@ -204,16 +169,16 @@ def summary(runs, memory_budget_text=None):
     rows = []
     for mode, run in runs.items():
         peak = max(run.peaks) if run.peaks and run.peaks[0] is not None else None
-        t = statistics.median(run.times)
+        t = stats.median(run.times)
         last = run.layer_stats[-1] if run.layer_stats else []
         off_peak = max(off.peaks) if off is not None and off.peaks and off.peaks[0] is not None else None
         rows.append({
             "mode": mode, "peak_bytes": peak, "kept_after_forward_bytes": run.kept[-1],
             "peak_vs_off": (peak / off_peak - 1) if off_peak and peak is not None else None,
-            "step_time_s": t, "time_vs_off": (t / statistics.median(off.times) - 1) if off is not None else None,
+            "step_time_s": t, "time_vs_off": (t / stats.median(off.times) - 1) if off is not None else None,
             "max_dloss": run.max_dloss, "max_dgrad": run.max_dgrad, "route": route_words(run.prep, mode),
             "wrapped": run.wrapped,
-            "recomputed": sum(s.get("recomputed", 0) for s in last), "served": sum(s.get("served", 0) for s in last),
+            **stats.totals(last, ("recomputed", "served")),
             "note": budget_note(run, memory_budget_text or mode.partition(":")[2] or "?")
             if mode.startswith("budget") else "",
         })

@@ -1,8 +1,9 @@
-"""The torchrun harness's oracle (hpac.dist_train): what a rank's run is checked against — the slice of the 1-rank
-run's gradient a rank covers, a rank's full gradient, and hpac's distributed rules read off the per-phase counts of
-functional collectives and FSDP2 ops in the layers' op logs. The layout and the parallelisation are
-hpac.distributed's."""
-import torch
+"""The torchrun harness's oracle (hpac.harness.dist_train): what a rank's run is checked against — the slice of the
+1-rank run's gradient a rank covers, a rank's full gradient, and hpac's distributed rules read off the per-phase
+counts of functional collectives and FSDP2 ops in the layers' op logs. The layout and the parallelisation are
+hpac.harness.parallel's."""
+
+from .parallel import expert_slice
 
 # The collectives and FSDP lifecycle ops the run counts per phase (hpac op-log names; overload omitted).
 FUNCTIONAL_COLLECTIVES = ("_c10d_functional::all_reduce", "_c10d_functional::all_to_all_single",
@@ -17,8 +18,7 @@ ISSUED = ("saved", "run", "recomputed", "ignored")  # the kernel ran; "served" d
 
 def reference_slice(name, ref, layout, model_spec):
     """The part of the 1-rank parameter (or gradient) `ref` that this rank's full_grad covers: for the experts, the
-    slice hpac.distributed.expert_slice gives this rank (its experts under ep, its width under tp)."""
-    from .distributed import expert_slice
+    slice hpac.harness.parallel.expert_slice gives this rank (its experts under ep, its width under tp)."""
     if ".mlp.experts." not in name or (layout.ep == 1 and layout.tp == 1):
         return ref
     n = model_spec["num_experts"] // layout.ep

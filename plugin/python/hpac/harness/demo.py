@@ -4,7 +4,7 @@ model is trained with AdamW under off, full, selective and (when the YAML has ac
 budget, interleaved step by step, then the comparison table: the same table hpac-train --compare prints (Note [One
 table for the main job], tools/trainer/trainer.cpp).
 
-    python -m hpac.hf_demo --config examples/training_demo/train.yaml [--steps N] [--json out.json]
+    python -m hpac.harness.demo --config examples/training_demo/train.yaml [--steps N] [--json out.json]
 
 Exit status 1 when a mode differs from off in any loss or gradient: bit for bit eagerly; with
 train.compile: true (each layer compiled after wrapping, against compiled off) within --compile-tolerance, since the
@@ -18,9 +18,14 @@ import warnings
 
 import torch
 
+import hpac
+import hpac.hf as hf
+from . import compare as hc
+from . import models
+
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m hpac.hf_demo", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m hpac.harness.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="hpac-train YAML (model: a qwen3_moe preset)")
     parser.add_argument("--steps", type=int, default=None, help="override train.steps (a positive integer)")
     parser.add_argument("--json", default=None, help="also write the table rows to this file")
@@ -35,9 +40,6 @@ def main(argv=None):
     warnings.filterwarnings("ignore", category=FutureWarning)
     import transformers
     transformers.logging.set_verbosity_error()
-    import hpac
-    import hpac.hf as hf
-    import hpac.hf_compare as hc
 
     config = hf.load_config(args.config)
     spec, train = config["model"], config["train"]
@@ -50,8 +52,7 @@ def main(argv=None):
     steps = args.steps or train["steps"]
 
     def build():
-        torch.manual_seed(train["seed"])
-        return transformers.Qwen3MoeForCausalLM(hc.qwen3_moe_config(spec))
+        return models.qwen3_moe_model(spec, train["seed"])
 
     def progress(step, runs):
         cells = "  ".join(f"{m} loss {r.losses[-1].item():.4f} {1000 * r.times[-1]:.0f}ms" for m, r in runs.items())
@@ -66,7 +67,8 @@ def main(argv=None):
     modes = hc.MODES + (("budget",) if memory_budget else ())
     runs = hc.train_compare(
         build, config,
-        lambda step: hc.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step),
+        lambda step: models.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"],
+                                        step),
         steps=steps, modes=modes, lr=train["lr"], progress=progress, log=hf.log_to_stderr,
         compile_backend=args.compile_backend)
     rows = hc.summary(runs, memory_budget["text"] if memory_budget else None)

@@ -1,14 +1,14 @@
 """Level1: the real transformers Qwen3MoeForCausalLM on PyTorch's distributed engine (FSDP2, DTensor TP, expert
-parallel all-to-all; hpac.distributed), trained under off, full and selective, interleaved step by step, each
+parallel all-to-all; hpac.harness.parallel), trained under off, full and selective, interleaved step by step, each
 rank's loss and gradients compared with the 1-rank run of the same global batch (trained alongside in every rank's
 process) and with off on the same layout. Gloo over loopback, started by torchrun:
 
-    torchrun --nproc-per-node 2 -m hpac.dist_train --config examples/distributed/dp2_fsdp.yaml [--steps N]
+    torchrun --nproc-per-node 2 -m hpac.harness.dist_train --config examples/distributed/dp2_fsdp.yaml [--steps N]
         [--modes off,full,selective] [--json out.json] [--expert-shard-dim 0|1|2] [--experts-regathered-in-recompute]
         [--early-stop on|off] [--budget-plans DIR] [--device cpu|cuda]
 
 --device cuda runs every rank on a GPU (NCCL, or Gloo where ranks share one GPU); parallel.cp > 1 (torch's
-context_parallel) needs it (Note [Context parallel needs CUDA], hpac/distributed.py).
+context_parallel) needs it (Note [Context parallel needs CUDA], hpac/harness/parallel.py).
 
 mode budget (in --modes, or the YAML's activation_checkpoint.mode: budget, with its memory_budget): every rank
 profiles its layers in step 1, then replays rank 0's plan (hpac.distributed.share_budget_plans; Note [One budget
@@ -40,12 +40,21 @@ import torch
 import torch.distributed as dist
 import torch.utils.checkpoint
 
+import hpac
+import hpac.distributed as hd
+import hpac.hf as hf
+from . import compare as hc
+from . import models
+from . import oracle
+from . import parallel as hp
+from . import stats
+
 FAULT_EXIT = 3
 MODES = ("off", "full", "selective", "budget")
 
 
 def _parse(argv):
-    parser = argparse.ArgumentParser(prog="python -m hpac.dist_train", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m hpac.harness.dist_train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="hpac-train YAML with a parallel: section")
     parser.add_argument("--steps", type=int, default=None, help="override train.steps (a positive integer)")
     parser.add_argument("--modes", default=None, help="comma-separated subset of off,full,selective,budget "
@@ -71,7 +80,7 @@ def _parse(argv):
                         help="the dim FSDP2 shards the 3-D expert weights on (fsdp: true, ep 1): 0, 1 or 2")
     parser.add_argument("--experts-regathered-in-recompute", action="store_true",
                         help="gather each layer's experts before its region in the forward and inside the recompute "
-                        "(hpac.distributed.regather_experts_in_recompute; fsdp: true, ep 1)")
+                        "(hpac.harness.parallel.regather_experts_in_recompute; fsdp: true, ep 1)")
     parser.add_argument("--early-stop", default=None, metavar="on|off",
                         help="torch.utils.checkpoint.set_checkpoint_early_stop around every step (default: torch's "
                         "setting, on)")
@@ -110,8 +119,8 @@ class Run:
     model: torch.nn.Module = field(repr=False)
     prep: "hpac.hf.Preparation" = field(repr=False)
     opt: torch.optim.Optimizer = field(repr=False)
-    tp_partial: List[str]     # parameters whose gradients are partial per tp rank (hpac.distributed.parallelize)
-    expert_params: List[str]  # the expert-parallel parameters (hpac.distributed.parallelize)
+    tp_partial: List[str]     # parameters whose gradients are partial per tp rank (hpac.harness.parallel.parallelize)
+    expert_params: List[str]  # the expert-parallel parameters (hpac.harness.parallel.parallelize)
     rows: List[dict] = field(default_factory=list, init=False)  # per step: loss, peak, counts, stats, differences
 
 
@@ -135,8 +144,7 @@ def _die_hook(rank, step_holder, die_step):
 def main(argv=None):
     args = _parse(argv)
     _import_quietly()
-    import hpac.distributed as hd
-    memory = _Memory(args.device)
+    memory = _memory(args.device)
     dist.init_process_group(_backend(args.device), timeout=datetime.timedelta(seconds=args.timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
     try:
@@ -149,7 +157,7 @@ def main(argv=None):
         _log(rank, job.banner(digest))
     try:
         if job.layout.cp > 1:
-            hd.check_cp_attention(job.build(), job.layout)
+            hp.check_cp_attention(job.build(), job.layout)
     except ValueError as e:  # the same model on every rank: every rank refuses
         _log(rank, f"error: {e}")
         return 1
@@ -164,33 +172,25 @@ def main(argv=None):
 
 
 def _import_quietly():
-    """transformers and hpac's modules imported with their warnings off (FutureWarning, UserWarning) and
-    transformers' logging at errors only."""
+    """transformers imported with its warnings off (FutureWarning, UserWarning) and its logging at errors only."""
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=UserWarning)
     import transformers
     transformers.logging.set_verbosity_error()
-    import hpac  # noqa: F401
-    import hpac._dist_oracle  # noqa: F401
-    import hpac.distributed  # noqa: F401
-    import hpac.hf  # noqa: F401
-    import hpac.hf_compare  # noqa: F401
 
 
 def _load_config(args, rank, world):
     """This rank's config (--rank-config's file for its rank), checked against the other ranks' (the digest, which
     it returns), the job and the runner's options; fills in args.modes when --modes was not given. Raises
     ValueError or RuntimeError."""
-    import hpac.distributed as hd
-    import hpac.hf as hf
     path = args.config
     if args.rank_config is not None and args.rank_config[0] == rank:
         path = args.rank_config[1]
     config = hf.load_config(path)
     digest = hd.check_same_config(config, _runner_settings(args))
-    hd.check_layout(config, world, args.device)
-    hd.check_expert_shard_dim(config, args.expert_shard_dim)
-    if args.experts_regathered_in_recompute and not hd.experts_in_fsdp(config):
+    hp.check_layout(config, world, args.device)
+    hp.check_expert_shard_dim(config, args.expert_shard_dim)
+    if args.experts_regathered_in_recompute and not hp.experts_in_fsdp(config):
         raise ValueError(f"{path}: --experts-regathered-in-recompute with parallel.fsdp "
                          f"{str(config['parallel']['fsdp']).lower()} and ep {config['parallel']['ep']} is not "
                          "allowed: FSDP2 does not shard the experts there; allowed: fsdp: true with ep 1")
@@ -225,11 +225,10 @@ class _Job:
     each mode's step measures (above the bytes live at its start) count them."""
 
     def __init__(self, args, config, rank, world, memory):
-        import hpac.distributed as hd
         self.args, self.config, self.rank, self.world, self.memory = args, config, rank, world, memory
         self.spec, self.train = config["model"], config["train"]
         self.steps = args.steps or self.train["steps"]
-        self.layout = hd.Layout(config["parallel"], rank, world, args.device)
+        self.layout = hp.Layout(config["parallel"], rank, world, args.device)
         self.layout.build_groups()
         torch.manual_seed(self.train["seed"])
         self.runs, self.reference, self.plans = {}, None, {}
@@ -242,7 +241,6 @@ class _Job:
 
     def banner(self, digest):
         """Rank 0's first line: versions, model, layout, steps, the config digest and the runner's settings."""
-        import hpac
         import transformers
         spec, layout = self.spec, self.layout
         return (f"hpac {hpac.version()}, torch {torch.__version__}, transformers {transformers.__version__}: "
@@ -254,12 +252,10 @@ class _Job:
                 + _runner_settings(self.args).replace("\nrunner: ", "; "))
 
     def build(self):
-        import hpac.hf_compare as hc
-        return hc.qwen3_moe_model(self.spec, self.train["seed"]).to(self.args.device)
+        return models.qwen3_moe_model(self.spec, self.train["seed"]).to(self.args.device)
 
     def build_runs(self):
         """The 1-rank reference (unless --no-reference) and one parallelised, checkpoint-wrapped model per mode."""
-        import hpac.hf as hf
         registry = hf.load_registry()
         if not self.args.no_reference:
             self.reference = _Reference(self.build(), self.train["lr"])
@@ -270,20 +266,18 @@ class _Job:
             self.plan_dir = os.path.join(self.plan_dir, f"rank{self.rank}")
 
     def _build_run(self, mode, registry):
-        import hpac.distributed as hd
-        import hpac.hf as hf
         args, layout = self.args, self.layout
         model = self.build()
-        tp_partial, expert_params = hd.parallelize(model, self.config, layout)
+        tp_partial, expert_params = hp.parallelize(model, self.config, layout)
         cfg = copy.deepcopy(self.config)
         cfg["activation_checkpoint"]["mode"] = mode
         cfg["activation_checkpoint"]["layers"] = []
         # The order torchtitan uses: checkpoint wrap, then compile per layer (both in prepare), then FSDP2.
         prep = hf.prepare(model, cfg, registry, log=None, record_ops=True, compile_backend=args.compile_backend)
         if layout.fsdp:
-            hd.shard(model, layout, expert_params, args.expert_shard_dim)
+            hp.shard(model, layout, expert_params, args.expert_shard_dim)
             if args.experts_regathered_in_recompute:
-                hd.regather_experts_in_recompute(model)
+                hp.regather_experts_in_recompute(model)
         if mode == "budget" and args.diverge_rank == self.rank:
             model.model.layers[0].mlp.register_forward_hook(
                 lambda module, a, output: output * 1.0 if self.current_step[0] >= args.diverge_step else None)
@@ -296,10 +290,9 @@ class _Job:
     def train_step(self, step):
         """One step: the reference, then every mode in the step's rotated order, each compared with the reference
         and with off; then the bytes live after the step."""
-        import hpac.hf_compare as hc
         self.current_step[0] = step + 1
         mb, layout = self.train["micro_batch"], self.layout
-        global_ids = hc.token_batch(self.spec["vocab_size"], mb * layout.dp, self.train["seq_len"],
+        global_ids = models.token_batch(self.spec["vocab_size"], mb * layout.dp, self.train["seq_len"],
                                     self.train["seed"], step).to(self.args.device)
         local_ids = global_ids[layout.dp_rank * mb:(layout.dp_rank + 1) * mb]
         ref = self.reference.step(global_ids) if self.reference is not None else None
@@ -319,8 +312,6 @@ class _Job:
         """One mode's step: forward, backward, gradient reductions, its row (loss, peak, counts, differences
         from the 1-rank run `ref`: (loss, {name: gradient}) or None), its optimizer step. Returns its gradients as
         [(name, full gradient)]."""
-        import hpac._dist_oracle as oracle
-        import hpac.distributed as hd
         mode, layout, memory = run.mode, self.layout, self.memory
         self.where = f"step {step + 1}, mode {mode}"
         run.opt.zero_grad(set_to_none=True)
@@ -329,19 +320,19 @@ class _Job:
         t0 = time.perf_counter()
         with self.early_stop():
             if layout.cp > 1:
-                self.loss = hd.context_parallel_step(run.model, local_ids, layout)
+                self.loss = hp.context_parallel_step(run.model, local_ids, layout)
             else:
                 self.loss = run.model(input_ids=local_ids, labels=local_ids).loss
                 self.loss.backward()
-        hd.reduce_gradients(run.model, layout, run.tp_partial, run.expert_params)
+        hp.reduce_gradients(run.model, layout, run.tp_partial, run.expert_params)
         elapsed = memory.elapsed(t0)
         peak = memory.peak() - start
-        stats = run.prep.take_layer_stats()
+        layer_stats = run.prep.take_layer_stats()
         self.mean_loss = self.loss.detach().clone()
         dist.all_reduce(self.mean_loss)
         self.mean_loss /= self.world // layout.cp  # the cp ranks hold parts of one loss
         named = [(n, oracle.full_grad(p)) for n, p in run.model.named_parameters()]
-        row = _row(step, self.mean_loss.item(), peak, elapsed, stats, stage)
+        row = _row(step, self.mean_loss.item(), peak, elapsed, layer_stats, stage)
         if ref is not None:
             self._compare_with_reference(row, named, ref)
         run.rows.append(row)
@@ -352,15 +343,12 @@ class _Job:
         return named
 
     def _compare_with_reference(self, row, named, ref):
-        import hpac._dist_oracle as oracle
-        import hpac.hf_compare as hc
         ref_loss, ref_grads = ref
         row["dloss_1rank"] = hc.max_abs_diff(self.mean_loss, ref_loss)
         row["dgrad_1rank"] = max(hc.max_abs_diff(
             g, oracle.reference_slice(n, ref_grads[n], self.layout, self.spec)) for n, g in named)
 
     def _log_row(self, mode, row):
-        import hpac._dist_oracle as oracle
         _log(self.rank, f"{self.layout.name} {mode} step {row['step']}: loss {row['loss']:.6f}"
                         + (f" |dloss| {row['dloss_1rank']:.2g} |dgrad| {row['dgrad_1rank']:.2g} vs 1 rank"
                            if self.reference is not None else "")
@@ -369,15 +357,13 @@ class _Job:
 
     def _share_budget_plans(self, run):
         """After the budget run's first step (its profile): every rank replays rank 0's plan from step 2 on."""
-        import hpac.distributed as hd
-        self.plans = hd.share_budget_plans(run.prep, self.layout, self.plan_dir)
+        self.plans = hd.share_budget_plans(run.prep, self.plan_dir)
         _log(self.rank, f"budget: every layer replays rank 0's plan from step 2 on (sha256 "
                         f"{', '.join(d[:12] for d in self.plans['held'])}); this rank's own plans "
                         f"{', '.join(d[:12] for d in self.plans['own'])}")
 
     def _compare_with_off(self, grads):
         """Every mode's last row against off's on the same layout: |dloss| (inf for a NaN loss) and |dgrad|."""
-        import hpac.hf_compare as hc
         off = self.runs["off"].rows[-1]
         for mode, named in grads.items():
             row = self.runs[mode].rows[-1]
@@ -398,7 +384,6 @@ class _Job:
     def finish(self):
         """This rank's checks, every rank's figures gathered (rank 0 writes --json), the verdict line; returns the
         exit status."""
-        import hpac
         args, train, layout = self.args, self.train, self.layout
         mine = {"rank": self.rank, "budget_plans": self.plans, "modes": {m: r.rows for m, r in self.runs.items()},
                 "compiled": bool(train["compile"]), "traced_regions": len(hpac._compile.TRACED),
@@ -424,7 +409,6 @@ class _Job:
         return 0
 
     def _write_json(self, path, per_rank):
-        import hpac
         import transformers
         with open(path, "w") as f:
             json.dump({"torch": torch.__version__, "transformers": transformers.__version__, "hpac": hpac.version(),
@@ -434,7 +418,6 @@ class _Job:
 
     def _claims(self):
         """What the OK line claims: only what the modes run compared."""
-        import hpac
         args, train = self.args, self.train
         claims = [] if args.no_reference else [f"every rank within {args.tolerance:g} of the 1-rank run"]
         if "off" in args.modes and len(args.modes) > 1:
@@ -447,14 +430,12 @@ class _Job:
         return claims
 
 
-def _row(step, loss, peak, elapsed, stats, stage):
+def _row(step, loss, peak, elapsed, layer_stats, stage):
     """A mode's row for one step: loss, peak tensor bytes, time, per-phase counts and the op log's totals."""
-    import hpac._dist_oracle as oracle
     row = {"step": step + 1, "loss": loss, "peak_bytes": peak, "time_s": elapsed,
-           "counts": oracle.phase_counts(stats), "ignored": sum(s.get("ignored", 0) for s in stats),
-           "saved": sum(s.get("saved", 0) for s in stats), "served": sum(s.get("served", 0) for s in stats),
-           "skipped": sum(s.get("skipped", 0) for s in stats),
-           "recompute_ops": sum(n for s in stats for k, n in s.items() if k.startswith("log:recompute "))}
+           "counts": oracle.phase_counts(layer_stats),
+           **stats.totals(layer_stats, ("ignored", "saved", "served", "skipped")),
+           "recompute_ops": sum(n for s in layer_stats for k, n in s.items() if k.startswith("log:recompute "))}
     if stage is not None:
         row["budget_stage"] = stage
     return row
@@ -469,40 +450,14 @@ def _backend(device):
         else "gloo"
 
 
-class _Memory:
-    """Tensor bytes and step time on the run's device: hpac's tracking allocator on CPU (the whole process), the
-    CUDA caching allocator's allocated bytes on cuda (time after a device synchronisation)."""
-
-    def __init__(self, device):
-        import hpac
-        self.cuda = device == "cuda"
-        if self.cuda:
-            if not torch.cuda.is_available():
-                raise SystemExit(f"hpac.dist_train: --device cuda, but torch {torch.__version__} sees no CUDA device")
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
-        else:
-            hpac.track_memory()
-        self._hpac = hpac
-
-    def current(self):
-        return torch.cuda.memory_allocated() if self.cuda else self._hpac.memory_stats()["current_bytes"]
-
-    def peak(self):
-        return torch.cuda.max_memory_allocated() if self.cuda else self._hpac.memory_stats()["peak_bytes"]
-
-    def reset_peak(self):
-        """Resets the peak; returns the bytes live now."""
-        if self.cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        else:
-            self._hpac.reset_peak_memory()
-        return self.current()
-
-    def elapsed(self, t0):
-        if self.cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter() - t0
+def _memory(device):
+    """The run's memory meter; on cuda, this rank's GPU selected first (LOCAL_RANK modulo the GPUs)."""
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit(f"hpac.harness.dist_train: --device cuda, but torch {torch.__version__} sees no CUDA "
+                             "device")
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    return stats.Memory(device)
 
 
 def _budget_stage(prep):
@@ -521,7 +476,6 @@ def _runner_settings(args):
 
 def check(mine, args, layout):
     """The run's own checks on this rank's rows (the tests assert the same figures from the JSON)."""
-    import hpac._dist_oracle as oracle
     failures = []
     for mode, rows in mine["modes"].items():
         for row in rows:
