@@ -1012,7 +1012,11 @@ def render(text, results):
         if name not in SECTIONS:
             problems.append(f"unknown generated section '{name}' (known: {', '.join(sorted(SECTIONS))})")
             return m.group(0)
-        body = "\n".join(SECTIONS[name](results))
+        try:
+            body = "\n".join(SECTIONS[name](results))
+        except FileNotFoundError as e:
+            problems.append(f"section '{name}' needs {e.filename}, which is missing: run the benchmark that writes it")
+            return m.group(0)
         return f"<!-- BEGIN generated {name} -->\n{body}\n<!-- END generated {name} -->\n"
 
     return REGION.sub(sub, text), problems
@@ -1033,7 +1037,10 @@ def main():
     args = ap.parse_args()
     if not args.write and not args.check:
         for name, fn in SECTIONS.items():
-            print(f"<!-- {name} -->\n" + "\n".join(fn(args.results)) + "\n")
+            try:
+                print(f"<!-- {name} -->\n" + "\n".join(fn(args.results)) + "\n")
+            except FileNotFoundError as e:
+                print(f"<!-- {name} -->\n(not measured here: {os.path.relpath(e.filename, ROOT)} is missing)\n")
         return 0
     failed = False
     for path in args.write or args.check:
