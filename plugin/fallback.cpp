@@ -61,40 +61,6 @@ void runBelowHpac(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
   op.redispatchBoxed(ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, key), stack);
 }
 
-// The fallback's body for one admitted op.
-void handle(Invocation& invocation, const Invocation::Admission& admission, const c10::OperatorHandle& op,
-            c10::DispatchKeySet ks, torch::jit::Stack* stack) {
-  switch (admission.action) {
-    case Invocation::Action::kServe:
-      invocation.serve(admission, op, stack);  // the kernel does not run
-      return;
-    case Invocation::Action::kSave: {
-      Invocation::PendingSave pending = invocation.beginSave(admission, op, *stack);
-      runBelowHpac(op, ks, stack);
-      invocation.keep(std::move(pending), op, stack);
-      return;
-    }
-    case Invocation::Action::kRun:
-      runBelowHpac(op, ks, stack);
-      invocation.afterRun(admission, op, *stack);
-      return;
-    case Invocation::Action::kSkip:
-      invocation.skip(admission, op, stack);  // the kernel does not run (Note [Dead ops are skipped])
-      return;
-    case Invocation::Action::kSkipWrite:
-      invocation.skipWrite(admission, op, stack);  // made once, in the forward (Note [State written twice])
-      return;
-    case Invocation::Action::kRecompute:
-      if (C10_UNLIKELY(admission.redirect_writes)) invocation.redirectWrites(admission, op, stack);
-      runBelowHpac(op, ks, stack);
-      if (C10_UNLIKELY(admission.verify_routing)) invocation.verifyRouting(admission, op, *stack);  // Note [Routing is verified]
-      return;
-    case Invocation::Action::kIgnore:
-      runBelowHpac(op, ks, stack);
-      return;
-  }
-}
-
 }  // namespace
 
 void hpacFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
@@ -123,12 +89,12 @@ void hpacFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
     const std::optional<c10::Device> device = acceleratorOf(op, *stack);
     if (device) waitForDevice(*device);
     const auto start = std::chrono::steady_clock::now();
-    handle(invocation, admission, op, ks, stack);
+    invocation.perform(admission, op, stack, [&] { runBelowHpac(op, ks, stack); });
     if (device) waitForDevice(*device);
     const auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
     invocation.observe(admission, op, *stack, nanos.count());
   } else {
-    handle(invocation, admission, op, ks, stack);
+    invocation.perform(admission, op, stack, [&] { runBelowHpac(op, ks, stack); });
   }
   if (region.phase == Phase::kForward) invocation.noteProduced(admission, op, *stack);  // Note [State written twice]
 }

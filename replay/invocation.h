@@ -117,11 +117,11 @@ class Invocation {
   enum class Action : uint8_t {
     kIgnore,     // not counted, not cached: run it (ignored-op table)
     kRun,        // forward, not saved: run it, then afterRun()
-    kSave,       // forward, saved: beginSave(), run it, then keep()
+    kSave,       // forward, saved: take the arguments it writes, run it, then keep()
     kServe,      // recompute, saved: serve() — the kernel does not run
     kRecompute,  // recompute, not saved: run it again
-    kSkip,       // recompute, dead: skip() — uninitialised returns of the forward's shapes (Note [Dead ops are skipped])
-    kSkipWrite,  // recompute, an outside write made once already: skipWrite() — returns its arguments (Note [State written twice])
+    kSkip,       // recompute, dead: uninitialised returns of the forward's shapes (Note [Dead ops are skipped])
+    kSkipWrite,  // recompute, an outside write made once already: returns its arguments (Note [State written twice])
   };
   struct Admission {
     Action action;
@@ -138,10 +138,43 @@ class Invocation {
   // (Note [Decisions are recorded]). In the forward, an op about to write into
   // a cached output first gives the cache its private copy (Note [Copy on write]).
   Admission admit(Phase phase, const c10::OperatorHandle& op, const torch::jit::Stack& stack);
-  // kRun, after the kernel: watches outputs that alias a cached output without
-  // sharing its version counter (Note [Unsafe aliases]); keeps a routing op's
-  // decision; records the return shapes of an op the recompute will skip.
-  void afterRun(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+  // Does what admit() said: `run_kernel()` runs the op below hpac's key (the
+  // fallback's redispatch, Note [Redispatch below hpac]); kServe, kSkip and
+  // kSkipWrite never call it, hpac pushes their returns. Inlined into the
+  // fallback: no allocation or virtual call per op.
+  template <class RunKernel>
+  void perform(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack,
+               RunKernel&& run_kernel) {
+    switch (admission.action) {
+      case Action::kServe:
+        serve(admission, op, stack);  // the kernel does not run
+        return;
+      case Action::kSave: {
+        PendingSave pending = ReplayStorage::beginSave(admission.occurrence, op, *stack);
+        run_kernel();
+        keep(std::move(pending), op, stack);
+        return;
+      }
+      case Action::kRun:
+        run_kernel();
+        afterRun(admission, op, *stack);
+        return;
+      case Action::kSkip:
+        dead_ops_.skip(*admission.skipped, op, stack);  // the kernel does not run (Note [Dead ops are skipped])
+        return;
+      case Action::kSkipWrite:
+        StateWrites::skipWrite(op, stack);  // made once, in the forward (Note [State written twice])
+        return;
+      case Action::kRecompute:
+        if (C10_UNLIKELY(admission.redirect_writes)) state_writes_.redirectWrites(op, admission.occurrence, stack);
+        run_kernel();
+        if (C10_UNLIKELY(admission.verify_routing)) verifyRouting(admission, op, *stack);  // Note [Routing is verified]
+        return;
+      case Action::kIgnore:
+        run_kernel();
+        return;
+    }
+  }
   // Recompute phase: whether the next call of `op` runs its kernel (false:
   // served from storage, or skipped). Asked by hpac's Python package before an
   // outer dispatch mode would see the op (Note [Outer dispatch modes see what
@@ -156,20 +189,9 @@ class Invocation {
   bool settleLast(const c10::OperatorHandle& op, CheckpointPolicy answer);
 
   // --- Saved outputs (ReplayStorage, replay/replay_storage.h) ------------------------------------------------------
-  using PendingSave = ReplayStorage::PendingSave;
   // Entries still held (saved and not yet served).
   size_t storedEntries() const { return storage_.entries(); }
   int64_t storedBytes() const { return storage_.bytes(); }
-  // kSave: the arguments the op will write, taken before the kernel runs.
-  PendingSave beginSave(const Admission& admission, const c10::OperatorHandle& op,
-                        const torch::jit::Stack& stack) const {
-    return ReplayStorage::beginSave(admission.occurrence, op, stack);
-  }
-  // kSave, after the kernel: keeps the returns (and snapshots of the written
-  // arguments) under (op, occurrence).
-  void keep(PendingSave pending, const c10::OperatorHandle& op, torch::jit::Stack* stack);
-  // kServe: pops the arguments and pushes what the forward kept; releases the entry.
-  void serve(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
   // --- Frames: what autograd saves (Note [Frames hold what needs no recompute]) ------------------------------------
   // A tensor autograd saves for backward while this forward runs (the
@@ -208,34 +230,16 @@ class Invocation {
   void releaseKept();
   bool keptReleased() const { return kept_released_; }
 
-  // --- Dead ops (DeadOps, replay/dead_ops.h) -----------------------------------------------------------------------
-  // kSkip: pops the arguments and pushes uninitialised tensors shaped like the forward's returns (DeadOps::skip).
-  void skip(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-    dead_ops_.skip(*admission.skipped, op, stack);
-  }
-
   // --- Outside-state writes (StateWrites, replay/state_writes.h; Note [State written twice]) -----------------------
   // Forward, after any op ran (ignored ones too): notes the storages it returned fresh.
   void noteProduced(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
     if (admission.action == Action::kSkip || admission.action == Action::kServe) return;
     state_writes_.noteProduced(op.schema(), tables_.returnsAlias(op), stack);
   }
-  // kSkipWrite: pops the arguments and pushes the ones its returns alias.
-  void skipWrite(const Admission& /*admission*/, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-    StateWrites::skipWrite(op, stack);
-  }
-  // kRecompute with redirect_writes, before the kernel: outside tensors it writes become scratch copies.
-  void redirectWrites(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-    state_writes_.redirectWrites(op, admission.occurrence, stack);
-  }
   // Names for outside tensors in messages (module buffers and parameters).
   void nameState(const std::vector<at::Tensor>& tensors, const std::vector<std::string>& names) {
     state_writes_.name(tensors, names);
   }
-
-  // --- Routing (RoutingCheck, replay/routing_check.h) --------------------------------------------------------------
-  // kRecompute with verify_routing, after the kernel: throws if it routed otherwise than the forward.
-  void verifyRouting(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack);
 
   // --- Outer saved-tensor hooks (OuterHooks, replay/outer_hooks.h) -------------------------------------------------
   // The hooks around the region, captured by whoever enters the forward (Note [Outer saved-tensor hooks]);
@@ -279,6 +283,20 @@ class Invocation {
   Admission admitRecompute(const c10::OperatorHandle& op);
   void trackRecordFunction(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
   void discard(const OpOccurrence& key);
+  // What perform() does around the kernel (invocation.cpp).
+  using PendingSave = ReplayStorage::PendingSave;
+  // kRun, after the kernel: watches outputs that alias a cached output without
+  // sharing its version counter (Note [Unsafe aliases]); keeps a routing op's
+  // decision; records the return shapes of an op the recompute will skip.
+  void afterRun(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+  // kSave, after the kernel: keeps the returns (and snapshots of the written
+  // arguments) under (op, occurrence).
+  void keep(PendingSave pending, const c10::OperatorHandle& op, torch::jit::Stack* stack);
+  // kServe: pops the arguments and pushes what the forward kept; releases the entry.
+  void serve(const Admission& admission, const c10::OperatorHandle& op, torch::jit::Stack* stack);
+  // kRecompute with verify_routing, after the kernel: throws if it routed otherwise than the forward
+  // (RoutingCheck, replay/routing_check.h).
+  void verifyRouting(const Admission& admission, const c10::OperatorHandle& op, const torch::jit::Stack& stack);
   // Outside-state writes.
   Admission recomputeStateWrite(Admission admission, const c10::OperatorHandle& op, const StateWrites::Write& write);
   // Explain and the op log.
