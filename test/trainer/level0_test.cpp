@@ -4,7 +4,6 @@
 // the same kernels on the same values, and served outputs are the forward's own
 // tensors). Per layer and step, the recompute counts are what the route and the
 // policy predict, and peak bytes of full and selective are below off.
-#include "replay/torch_compat.h"
 #include "test/support/parity.h"
 #include "tools/trainer/qwen3_moe.h"
 #include "tools/trainer/trainer.h"
@@ -186,13 +185,13 @@ TEST_F(Level0, SelectiveSavesWhatThePolicySays) {
     for (int l = 0; l < kLayers; ++l) {
       const LayerStats& ls = r.layer_stats[l];
       // mm per layer: q, k, v, o, router gate, and gate/up/down per expert hit;
-      // the 1st, 3rd, ... are saved. In the save set: attention's two bmm, and
-      // on torch 1.13 one aten::max (one_hot's range check in the router, as
-      // in HF); torch 2.13's one_hot checks with aten::aminmax, not in the set.
+      // the 1st, 3rd, ... are saved. In the save set besides: attention's two
+      // bmm. The router (tools/moe/moe_router.cpp) counts tokens per expert with
+      // aten::bincount, on every torch: no one_hot, whose range check is an
+      // aten::max (in the save set) on torch 1.13.
       const int64_t hit = selective_->experts_hit[s][l];
       const int64_t mm = 5 + 3 * hit;
-      const int64_t one_hot_max = HPAC_TORCH_AT_LEAST(2, 0) ? 0 : 1;
-      const int64_t expected_saved = (mm + 1) / 2 + 2 + one_hot_max;
+      const int64_t expected_saved = (mm + 1) / 2 + 2;
       EXPECT_EQ(ls.invocations, 1);
       EXPECT_EQ(ls.totals.recomputes, 1);
       EXPECT_EQ(ls.totals.saved, expected_saved) << "step " << s << " layer " << l << " experts hit " << hit;
