@@ -286,7 +286,7 @@ void BudgetRegion::finishProfile(std::vector<ProfiledOp> profile, std::optional<
       spec_.bytes >= 0 ? spec_.bytes : static_cast<int64_t>(std::floor(spec_.fraction * static_cast<double>(base)));
   autograd_saved_ = std::move(autograd_saved);
   frame_holds_ = frame_holds;
-  plan_ = planBudget(profile_, budget, autograd_saved_ && spec_.skip_dead ? &*autograd_saved_ : nullptr, frame_holds_);
+  plan_ = planBudget(profile_, budget, dataflow(), frame_holds_);
   plan_.off_bytes = off;
   keys_ = keysOf(profile_);
   save_ = std::make_shared<const std::vector<bool>>(plan_.save);
@@ -338,8 +338,7 @@ std::string BudgetRegion::planTextKeeping(const std::vector<bool>& keep) const {
   std::lock_guard<std::mutex> lock(mutex_);
   TORCH_CHECK(stage_ == Stage::kPlanned && !profile_.empty(), "hpac budget: the region has no profile to plan "
               "from (stage '", toString(stage_), "'); plans exist after the region's profile, while it is planned");
-  BudgetPlan plan = planKeeping(profile_, plan_.budget_bytes, keep,
-                                autograd_saved_ && spec_.skip_dead ? &*autograd_saved_ : nullptr, frame_holds_);
+  BudgetPlan plan = planKeeping(profile_, plan_.budget_bytes, keep, dataflow(), frame_holds_);
   plan.off_bytes = plan_.off_bytes;
   return planFileText(profile_, plan);
 }

@@ -119,6 +119,12 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
   Replay replayPlan() const;
 
  private:
+  // What the plans read of the profile's dataflow: the storage ids autograd saved, unless no hook reported them or
+  // skip_dead is off (Note [What off keeps], Note [Dead ops are skipped]); caller holds mutex_.
+  const std::vector<int64_t>* dataflow() const {
+    return autograd_saved_ && spec_.skip_dead ? &*autograd_saved_ : nullptr;
+  }
+
   const BudgetSpec spec_;
   mutable std::mutex mutex_;
   Stage stage_ = Stage::kProfiling;

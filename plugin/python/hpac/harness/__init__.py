@@ -5,7 +5,7 @@ the library (hpac, hpac.hf, hpac.distributed, hpac.torchtitan) imports from here
                 token batches hpac-train draws
     compare     one model trained under several checkpoint modes, step by step, against off; the main job's table
     demo        the main job: python -m hpac.harness.demo --config examples/training_demo/train.yaml
-    stats       the per-layer counters the harness reports, summed; the one median
+    stats       the per-layer counters the harness reports, summed; the device memory meter
     parallel    the parallel layouts the multi-rank tests train (FSDP2, DTensor TP, expert and context parallel)
     oracle      what a rank's run is checked against (gradient slices, the distributed rules on the op logs)
     dist_train  the multi-rank runner: torchrun --nproc-per-node N -m hpac.harness.dist_train --config ...

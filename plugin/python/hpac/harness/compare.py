@@ -6,6 +6,7 @@ bench/hf_qwen3_30b_layer.py).
     print(format_table(cmp))
 """
 import copy
+import statistics
 import time
 from dataclasses import InitVar, dataclass, field
 from typing import List, Optional
@@ -169,13 +170,13 @@ def summary(runs, memory_budget_text=None):
     rows = []
     for mode, run in runs.items():
         peak = max(run.peaks) if run.peaks and run.peaks[0] is not None else None
-        t = stats.median(run.times)
+        t = statistics.median(run.times)
         last = run.layer_stats[-1] if run.layer_stats else []
         off_peak = max(off.peaks) if off is not None and off.peaks and off.peaks[0] is not None else None
         rows.append({
             "mode": mode, "peak_bytes": peak, "kept_after_forward_bytes": run.kept[-1],
             "peak_vs_off": (peak / off_peak - 1) if off_peak and peak is not None else None,
-            "step_time_s": t, "time_vs_off": (t / stats.median(off.times) - 1) if off is not None else None,
+            "step_time_s": t, "time_vs_off": (t / statistics.median(off.times) - 1) if off is not None else None,
             "max_dloss": run.max_dloss, "max_dgrad": run.max_dgrad, "route": route_words(run.prep, mode),
             "wrapped": run.wrapped,
             **stats.totals(last, ("recomputed", "served")),

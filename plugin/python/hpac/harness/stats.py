@@ -1,7 +1,6 @@
 """The counters the harness reports from hpac's per-layer stats (hpac.hf's Preparation.take_layer_stats: one dict
-per layer, hpac.Invocation.stats() summed over the layer's calls), summed over the layers, and the one median every
-step-time column uses, and the one memory meter of a run's device."""
-import statistics
+per layer, hpac.Invocation.stats() summed over the layer's calls), summed over the layers, and the one memory meter
+of a run's device. Step-time medians are statistics.median's, everywhere."""
 import time
 
 import torch
@@ -17,11 +16,6 @@ FIELDS = ("saved", "served", "recomputed", "skipped", "ignored")
 def totals(layer_stats, fields=FIELDS):
     """{field: the field summed over the layers' stats dicts (0 where a layer has none)}."""
     return {k: sum(s.get(k, 0) for s in layer_stats) for k in fields}
-
-
-def median(values):
-    """The median of a non-empty sequence of numbers (the mean of the two middle values for an even count)."""
-    return statistics.median(values)
 
 
 class Memory:
