@@ -466,6 +466,33 @@ def machine(d):
             f"{d['load_average_at_end']:.1f} at the end), GLIBC_TUNABLES={d['glibc_tunables'] or '(unset)'}")
 
 
+def soak(r):
+    """docs/reliability.md "Memory across a run": the main job over many steps with dropped forwards, exceptions and
+    rebuilds (bench/soak.py)."""
+    d = load(r, "soak.json")
+    out = [f"Measured by `bench/soak.py` ({machine(d)}; wall {d['wall_s'] / 60:.0f} min): the main job "
+           f"(`{d['config']}`), every run sampled every {next(iter(d['runs'].values()))['samples'][0]['step']} "
+           "steps; growth is the least-squares slope after the warm-up (the first 1000 steps).", "",
+           "| run | mode | steps | dropped forwards | exceptions (forward / recompute) | rebuilds | live tensor bytes "
+           "after warm-up (min – max) | RSS growth per 1000 steps | RSS at the end | Invocations alive (max) |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for key, run in d["runs"].items():
+        s = run["summary"]
+        done = run["samples"][-1]["step"]
+        steps = f"{done}" if done == run["steps"] else f"{done} of {run['steps']} (stopped)"
+        growth = s["rss_growth_bytes_per_1000_steps"]
+        ranks = " (rank 0; rank 1: " + ", ".join(
+            f"tensor bytes {o['summary']['tensor_bytes_min']} – {o['summary']['tensor_bytes_max']}, RSS growth "
+            f"{o['summary']['rss_growth_bytes_per_1000_steps'] / 2**20:+.3f} MiB per 1000 steps"
+            for o in run.get("other_ranks", [])) + ")" if run.get("other_ranks") else ""
+        out.append(f"| {key.split(':')[0]}{ranks} | {run['mode']} | {steps} | {run['dropped_forwards']} | "
+                   f"{run['forward_faults']} / {run['recompute_faults']} | {run['rebuilds']} | "
+                   f"{s['tensor_bytes_min']} – {s['tensor_bytes_max']} | "
+                   f"{'n/a' if growth is None else f'{growth / 2**20:+.3f} MiB'} | {s['rss_last'] / 2**20:.1f} MiB | "
+                   f"{s['invocations_alive_max']} |")
+    return out
+
+
 def plan_stability(r):
     """Three fresh processes per setting, their plans compared (bench/plan_stability.py)."""
     d = load(r, "plan_stability.json")
@@ -995,6 +1022,7 @@ SECTIONS = {
     "recompute_floor": recompute_floor,
     "main_job_frontier": main_job_frontier,
     "torchtitan_sac": torchtitan_sac,
+    "soak": soak,
 }
 
 REGION = re.compile(r"<!-- BEGIN generated (\S+) -->\n(.*?)<!-- END generated \1 -->\n", re.S)

@@ -8,6 +8,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,6 +23,44 @@ struct hpac_invocation {
 namespace {
 
 thread_local std::string last_error;
+
+// Note [Operator handles follow registration]
+// The C API hands out one OperatorHandle address per (name, overload), which hpac's Python package caches per
+// OpOverload. A handle names an entry of the dispatcher's operator list, which deregistration frees (a
+// torch.library.Library destroyed, a custom op redefined), so a cached handle can outlive its operator. A registration
+// listener bumps a generation (it runs under the dispatcher's lock, so it touches nothing else: the cache's mutex is
+// taken before the dispatcher's lock by hpac_operator, never after); the first hpac_operator call after the generation
+// moved looks every cached name up again and refreshes its handle in place, or marks it absent. Addresses never
+// change, so a stale address can at worst name the operator now registered under its name, never freed memory.
+std::atomic<unsigned long long> operator_generation{0};
+
+class GenerationListener final : public c10::OpRegistrationListener {
+ public:
+  void onOperatorRegistered(const c10::OperatorHandle&) override { operator_generation.fetch_add(1); }
+  void onOperatorDeregistered(const c10::OperatorHandle&) override { operator_generation.fetch_add(1); }
+};
+
+struct OperatorCache {
+  struct Entry {
+    std::unique_ptr<c10::OperatorHandle> handle;  // its address is what callers hold
+    bool present = true;                          // registered at the last refresh
+  };
+  std::mutex mutex;
+  std::map<std::pair<std::string, std::string>, Entry> entries;  // only names that were registered when asked
+  unsigned long long generation = 0;  // of the last refresh
+  std::unique_ptr<c10::RegistrationHandleRAII> listener;
+};
+
+OperatorCache& operatorCache() {
+  static OperatorCache* cache = [] {
+    auto* c = new OperatorCache();  // leaked: the listener may fire during static destruction
+    c->generation = operator_generation.load();
+    c->listener = std::make_unique<c10::RegistrationHandleRAII>(
+        c10::Dispatcher::singleton().addRegistrationListener(std::make_unique<GenerationListener>()));
+    return c;
+  }();
+  return *cache;
+}
 
 template <typename Fn>
 int guarded(Fn&& fn) {
@@ -63,7 +102,8 @@ int hpac_region_enter(hpac_invocation* inv, int phase) {
 int hpac_region_exit(hpac_invocation* inv) {
   return guarded([&] {
     TORCH_CHECK(inv != nullptr && inv->region, "hpac_region_exit: invocation is not in a region");
-    inv->region.reset();
+    std::unique_ptr<hpac::RegionGuard> region = std::move(inv->region);
+    region->end();  // what ending threw becomes this call's error (Note [Ending a region can fail])
   });
 }
 
@@ -79,17 +119,30 @@ const void* hpac_operator(const char* name, const char* overload) {
   if (name == nullptr) return nullptr;
   std::string over = overload == nullptr ? "" : overload;
   if (over == "default") over.clear();
-  // One handle per operator for the life of the process (the Python side caches it per OpOverload).
-  static std::mutex mutex;
-  static std::map<std::pair<std::string, std::string>, std::unique_ptr<c10::OperatorHandle>> handles;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& slot = handles[{name, over}];
-  if (!slot) {
-    const auto found = c10::Dispatcher::singleton().findSchema({name, over});
-    if (!found) return nullptr;
-    slot = std::make_unique<c10::OperatorHandle>(*found);
+  // Note [Operator handles follow registration]
+  OperatorCache& cache = operatorCache();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  const unsigned long long generation = operator_generation.load();
+  if (generation != cache.generation) {
+    cache.generation = generation;
+    for (auto& [key, entry] : cache.entries) {
+      const auto found = c10::Dispatcher::singleton().findSchema({key.first, key.second});
+      entry.present = found.has_value();
+      if (found) *entry.handle = *found;  // in place: the address callers hold names the operator registered now
+    }
   }
-  return slot.get();
+  const auto it = cache.entries.find({name, over});
+  if (it != cache.entries.end()) return it->second.present ? it->second.handle.get() : nullptr;
+  const auto found = c10::Dispatcher::singleton().findSchema({name, over});
+  if (!found) return nullptr;  // not cached: the names callers ask about are theirs to bound
+  auto& entry = cache.entries[{name, over}];
+  entry.handle = std::make_unique<c10::OperatorHandle>(*found);
+  return entry.handle.get();
+}
+
+unsigned long long hpac_operator_generation(void) {
+  operatorCache();  // the listener is registered before the first handle is handed out
+  return operator_generation.load();
 }
 
 int hpac_invocation_settle_last(void* invocation, const void* op, int policy) {

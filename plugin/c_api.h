@@ -26,9 +26,13 @@ const char* hpac_last_error(void);
  * (Note [Decided after the op], policy/checkpoint_policy.h) or an outer dispatch mode watches a recompute (Note
  * [Outer dispatch modes see what ran], plugin/python/hpac/_policy_fn.py). `invocation` is the address
  * torch.classes.hpac.Invocation's address() returns; `op` comes from hpac_operator. */
-/* The registered operator `name` ("aten::mm") with `overload` ("" or "default": the unnamed one): a handle valid for
- * the life of the process, or NULL when no such operator is registered. */
+/* The registered operator `name` ("aten::mm") with `overload` ("" or "default": the unnamed one): a handle, or NULL
+ * when no such operator is registered. The address stays valid for the process; what it names is refreshed by the
+ * first hpac_operator call after hpac_operator_generation() moved (an operator registered or deregistered), so a
+ * caller that caches handles clears its cache when the generation moves and asks again. */
 const void* hpac_operator(const char* name, const char* overload);
+/* Bumped whenever an operator is registered or deregistered (a dispatcher registration listener). */
+unsigned long long hpac_operator_generation(void);
 /* The answer (0..3: MUST_SAVE, PREFER_SAVE, MUST_RECOMPUTE, PREFER_RECOMPUTE) for the op the forward kept last.
  * 1: settled; 0: the last kept op is not `op` (ignored, a view, or settled already); -1: error. */
 int hpac_invocation_settle_last(void* invocation, const void* op, int policy);

@@ -86,7 +86,8 @@ class InvocationHandle : public torch::CustomClassHolder {
     TORCH_CHECK(thread_ == std::this_thread::get_id(), "hpac.Invocation.exit: invocation ", id(),
                 " was entered on another thread; enter and exit a region on the same thread");
     if (!completed) guard_->abandon();
-    guard_.reset();
+    std::unique_ptr<RegionGuard> guard = std::move(guard_);
+    guard->end();  // throws what ending threw (Note [Ending a region can fail]); the region is left either way
   }
 
   c10::Dict<std::string, int64_t> stats() const { return toDict(invocation_->stats()); }
@@ -234,9 +235,10 @@ class BudgetRegionHandle : public torch::CustomClassHolder {
 // int of torch.utils.checkpoint.CheckpointPolicy (the same order as hpac's).
 class TracedPolicyHandle : public torch::CustomClassHolder {
  public:
-  TracedPolicyHandle(const std::string& kind, const std::vector<std::string>& save_list, bool save_routing)
+  TracedPolicyHandle(const std::string& kind, const std::vector<std::string>& save_list, bool save_routing,
+                     bool record_log)
       : traced_(policyForKind(parsePolicyKind(kind, "hpac.TracedPolicy"), save_list, "hpac.TracedPolicy"),
-                save_routing) {}
+                save_routing, record_log) {}
 
   // name "ns::op", overload "" for the default overload.
   int64_t decide(const std::string& name, const std::string& overload) {
@@ -358,14 +360,17 @@ void registerMeasurementOps(torch::Library& m) {
   // current CPU allocator once; tensors allocated before are not counted).
   m.def("track_memory() -> ()", [] { TrackingAllocator::install(); });
   m.def("memory_stats() -> Dict(str, int)", [] {
-    TrackingAllocator& t = TrackingAllocator::install();
+    TrackingAllocator& t = TrackingAllocator::instance();  // reads; installs nothing
     c10::Dict<std::string, int64_t> d;
     d.insert("current_bytes", t.currentBytes());
     d.insert("peak_bytes", t.peakBytes());
     d.insert("allocations", t.allocations());
     return d;
   });
-  m.def("reset_peak_memory() -> ()", [] { TrackingAllocator::install().resetPeak(); });
+  m.def("reset_peak_memory() -> ()", [] { TrackingAllocator::instance().resetPeak(); });
+  m.def("memory_tracked() -> bool", [] { return TrackingAllocator::installed(); });
+  // hpac::Invocation objects alive (C++ and Python regions alike): 0 when no autograd graph holds one.
+  m.def("invocations_alive() -> int", [] { return Invocation::alive(); });
   m.def("fallback_entries() -> int", [] { return static_cast<int64_t>(fallbackEntriesOnThisThread()); });
 }
 
@@ -404,7 +409,7 @@ void registerClasses(torch::Library& m) {
       .def("plan_text_keeping", &BudgetRegionHandle::planTextKeeping);
 
   m.class_<TracedPolicyHandle>("TracedPolicy")
-      .def(torch::init<std::string, std::vector<std::string>, bool>())
+      .def(torch::init<std::string, std::vector<std::string>, bool, bool>())
       .def("decide", &TracedPolicyHandle::decide)
       .def("log", &TracedPolicyHandle::log)
       .def("stats", &TracedPolicyHandle::stats);

@@ -11,14 +11,15 @@ namespace {
 std::atomic<uint64_t> next_traced_id{1};
 }  // namespace
 
-TracedPolicy::TracedPolicy(const PolicyFactory& factory, bool save_routing)
+TracedPolicy::TracedPolicy(const PolicyFactory& factory, bool save_routing, bool record_log)
     // No factory is the full checkpoint (policy_kind.h); traced, it is recomputeAllPolicy's PREFER_RECOMPUTE for
     // every op, as torch.compile's own checkpoint without a policy: the partitioner may still keep what is cheaper
     // to keep than to recompute.
     : tables_(ResolvedOpTables::global()),
       policy_(factory ? factory() : recomputeAllPolicy()()),
       id_(next_traced_id.fetch_add(1)),
-      save_routing_(save_routing) {
+      save_routing_(save_routing),
+      record_log_(record_log) {
   TORCH_CHECK(policy_ != nullptr, "hpac: the policy factory of traced region ", id_, " returned a null policy");
   TORCH_CHECK(!policy_->wantsProfile(),
               "hpac: a memory budget (hpac.budget) cannot decide a region that torch.compile traces: its plan is "
@@ -34,7 +35,7 @@ TracedPolicy::TracedPolicy(const PolicyFactory& factory, bool save_routing)
 CheckpointPolicy TracedPolicy::decide(const c10::OperatorHandle& op) {
   if (tables_.isIgnored(op)) {
     ++ignored_;
-    log_.push_back(qualifiedOpName(op.operator_name()) + " ignored");
+    if (record_log_) log_.push_back(qualifiedOpName(op.operator_name()) + " ignored");
     return CheckpointPolicy::PREFER_RECOMPUTE;
   }
   const int64_t occurrence = occurrences_[opId(op)]++;
@@ -44,12 +45,12 @@ CheckpointPolicy TracedPolicy::decide(const c10::OperatorHandle& op) {
   if (save_routing_ && tables_.isRouting(op)) answer = CheckpointPolicy::MUST_SAVE;
   if (isSave(answer) && tables_.returnsAlias(op)) answer = CheckpointPolicy::MUST_RECOMPUTE;
   saved_ += isSave(answer);
-  log_.push_back(qualifiedOpName(op.operator_name()) + " " + toString(answer));
+  if (record_log_) log_.push_back(qualifiedOpName(op.operator_name()) + " " + toString(answer));
   return answer;
 }
 
 CheckpointPolicy TracedPolicy::decideUnregistered(const std::string& name) {
-  log_.push_back(name + " unregistered");
+  if (record_log_) log_.push_back(name + " unregistered");
   return CheckpointPolicy::PREFER_RECOMPUTE;
 }
 

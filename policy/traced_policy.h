@@ -39,7 +39,8 @@ class TracedPolicy {
   // region never runs).
   // save_routing: routing ops (ResolvedOpTables::isRouting) are MUST_SAVE whatever the policy says, as
   // RoutingRule::kSave makes them in eager replay (Note [Routing is verified], replay/routing_check.h).
-  explicit TracedPolicy(const PolicyFactory& factory, bool save_routing = false);
+  // record_log: keep log() (tests and tools that show what the policy saw); off, nothing grows per traced op.
+  explicit TracedPolicy(const PolicyFactory& factory, bool save_routing = false, bool record_log = false);
 
   // The answer for the next call of `op` in the traced forward.
   CheckpointPolicy decide(const c10::OperatorHandle& op);
@@ -51,8 +52,8 @@ class TracedPolicy {
   int64_t counted() const { return counted_; }
   int64_t ignored() const { return ignored_; }
   int64_t saved() const { return saved_; }
-  // One line per op asked about: "<op> <answer>" (answers as in toString(CheckpointPolicy)),
-  // "<op> ignored", "<name> unregistered".
+  // With record_log, one line per op asked about: "<op> <answer>" (answers as in toString(CheckpointPolicy)),
+  // "<op> ignored", "<name> unregistered"; empty otherwise.
   const std::vector<std::string>& log() const { return log_; }
 
  private:
@@ -60,6 +61,7 @@ class TracedPolicy {
   std::unique_ptr<Policy> policy_;
   uint64_t id_;
   bool save_routing_;
+  bool record_log_;
   std::unordered_map<OpId, int64_t> occurrences_;
   int64_t counted_ = 0;
   int64_t ignored_ = 0;

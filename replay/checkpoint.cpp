@@ -165,6 +165,7 @@ class Frame : public std::enable_shared_from_this<Frame> {
       PackScope pack(this, /*recompute=*/true);
       RegionGuard region(invocation_, Phase::kRecompute);
       fn_(inputs);  // outputs dropped: only what autograd saved is needed
+      region.end();
     } catch (const StopRecompute&) {
     }
     if (determinism_check_) checkDeterminism();
@@ -338,8 +339,11 @@ std::vector<at::Tensor> checkpoint(const CheckpointFn& fn, const std::vector<at:
     // gives only outside a pack scope (Note [Outer saved-tensor hooks]). This frame pushes no hooks of its own.
     RegionGuard region(frame->invocation(), Phase::kForward);
     frame->invocation().useOuterHooks(OuterHooks::capture(/*frame_hooks=*/0));
-    PackScope pack(frame.get(), /*recompute=*/false);
-    outputs = fn(inputs);
+    {
+      PackScope pack(frame.get(), /*recompute=*/false);
+      outputs = fn(inputs);
+    }
+    region.end();  // Note [Ending a region can fail]: outside the pack scope, as the comment above says
   }
   frame->endForward();
   return outputs;

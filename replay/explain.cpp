@@ -112,7 +112,8 @@ void DecisionRecorder::record(ExplainedOp row, const c10::OperatorHandle& op, co
 }
 
 TimelineCapture::TimelineCapture() {
-  TrackingAllocator& tracker = TrackingAllocator::install();
+  tracking_.emplace();
+  TrackingAllocator& tracker = TrackingAllocator::instance();
   baseline_ = tracker.currentBytes();
   samples_.reserve(1 << 16);
   tracker.setTimeline(&samples_);
@@ -120,7 +121,7 @@ TimelineCapture::TimelineCapture() {
 }
 
 TimelineCapture::~TimelineCapture() {
-  if (active_) TrackingAllocator::install().setTimeline(nullptr);
+  if (active_) TrackingAllocator::instance().setTimeline(nullptr);
 }
 
 void TimelineCapture::mark(const std::string& label) {
@@ -129,7 +130,8 @@ void TimelineCapture::mark(const std::string& label) {
 
 TimelineTrace TimelineCapture::finish(const std::string& mode) {
   TORCH_CHECK(active_, "hpac explain: TimelineCapture::finish called twice");
-  TrackingAllocator::install().setTimeline(nullptr);
+  TrackingAllocator::instance().setTimeline(nullptr);
+  tracking_.reset();
   active_ = false;
   TimelineTrace trace;
   trace.mode = mode;

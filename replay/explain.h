@@ -20,12 +20,14 @@
 #include "replay/invocation.h"
 #include "replay/phase.h"
 #include "replay/storage_ids.h"
+#include "replay/tracking_allocator.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -85,8 +87,9 @@ struct TimelineTrace {
   int64_t peak_bytes = 0;
 };
 
-// RAII: installs the TrackingAllocator and samples it until finish() or
-// destruction. One capture at a time per process.
+// RAII: the TrackingAllocator is the CPU allocator and sampled until finish()
+// or destruction, then uninstalled unless someone installed it for good (Note
+// [The tracker is installed while asked for]). One capture at a time per process.
 class TimelineCapture {
  public:
   TimelineCapture();
@@ -101,6 +104,7 @@ class TimelineCapture {
   std::vector<std::pair<std::string, int64_t>> marks_;
   int64_t baseline_ = 0;
   bool active_ = false;
+  std::optional<TrackingAllocator::Scope> tracking_;
 };
 
 struct ExplainReport {

@@ -5,12 +5,14 @@
 #include <c10/macros/Macros.h>
 #include <c10/util/Exception.h>
 
+#include <exception>
 #include <mutex>
 
 namespace hpac {
 namespace {
 
 std::atomic<uint64_t> next_invocation_id{1};
+std::atomic<int64_t> invocations_alive{0};
 
 std::mutex& globalMutex() {
   static std::mutex m;
@@ -82,9 +84,16 @@ Invocation::Invocation(const PolicyFactory& policy, InvocationOptions options)
       profile_(tables_, id_),
       recorder_(options_.recorder) {
   TORCH_CHECK(policy_ != nullptr, "hpac: the policy factory of invocation ", id_, " returned a null policy");
+  invocations_alive.fetch_add(1, std::memory_order_relaxed);  // after the last throw: the destructor will run
 }
 
-Invocation::~Invocation() = default;
+Invocation::~Invocation() {
+  invocations_alive.fetch_sub(1, std::memory_order_relaxed);
+}
+
+int64_t Invocation::alive() {
+  return invocations_alive.load(std::memory_order_relaxed);
+}
 
 void Invocation::beginPhase(Phase phase) {
   TORCH_CHECK(phase != Phase::kRecompute || !kept_released_, "hpac: invocation ", id_, " cannot recompute: its "
@@ -100,6 +109,7 @@ void Invocation::beginPhase(Phase phase) {
 }
 
 void Invocation::endPhase(bool completed) {
+  std::exception_ptr failed;
   if (phase_ == Phase::kRecompute) {
     const ReplayStorage::Unserved unserved = storage_.releaseUnserved(completed);  // Note [Decisions are recorded]
     stats_.unserved += unserved.count;
@@ -113,7 +123,12 @@ void Invocation::endPhase(bool completed) {
     dead_ops_.endForward(completed);
     state_writes_.endForward();
     if (outer_hooks_ != nullptr && completed) {
-      stats_.packed += storage_.packKept(*outer_hooks_);  // Note [Outer saved-tensor hooks]
+      try {
+        stats_.packed += storage_.packKept(*outer_hooks_);  // Note [Outer saved-tensor hooks]
+      } catch (...) {  // Note [Ending a region can fail]: the user's pack raised; the forward did not complete
+        failed = std::current_exception();
+        completed = false;
+      }
     }
     outer_hooks_.reset();
   }
@@ -121,8 +136,11 @@ void Invocation::endPhase(bool completed) {
   InvocationStats delta = stats_;
   addScaled(delta, reported_, -1);
   reported_ = stats_;
-  std::lock_guard<std::mutex> lock(globalMutex());
-  globalTotals() += delta;
+  {
+    std::lock_guard<std::mutex> lock(globalMutex());
+    globalTotals() += delta;
+  }
+  if (failed) std::rethrow_exception(failed);
 }
 
 Invocation::Admission Invocation::admit(Phase phase, const c10::OperatorHandle& op,

@@ -103,6 +103,8 @@ class Invocation {
   Invocation& operator=(const Invocation&) = delete;
 
   uint64_t id() const { return id_; }
+  // Invocations alive in the process now (a lifetime check: with no autograd graph alive, 0).
+  static int64_t alive();
   const InvocationStats& stats() const { return stats_; }
   const InvocationOptions& options() const { return options_; }
   // Called by RegionGuard: resets the op counters of `phase` / adds this

@@ -38,6 +38,7 @@ struct ReentrantCheckpoint : public torch::autograd::Function<ReentrantCheckpoin
     {
       RegionGuard region(*state->invocation, Phase::kForward);
       outputs = state->fn(inputs.vec());
+      region.end();  // Note [Ending a region can fail]
     }
     ctx->saved_data["state"] = c10::IValue::make_capsule(state);
     return outputs;
@@ -59,6 +60,7 @@ struct ReentrantCheckpoint : public torch::autograd::Function<ReentrantCheckpoin
       at::AutoGradMode grad_enabled(true);
       RegionGuard region(*state->invocation, Phase::kRecompute);
       outputs = state->fn(inputs);
+      region.end();
     }
     // Differentiate the recomputed outputs with respect to inputs and parameters.
     std::vector<at::Tensor> roots, root_grads, wrt;

@@ -33,9 +33,26 @@ RegionGuard::RegionGuard(Invocation& invocation, Phase phase)
   tls_region = RegionState{&invocation, phase};
 }
 
-RegionGuard::~RegionGuard() {
+// Note [Ending a region can fail]
+void RegionGuard::end() {
+  if (ended_) return;
+  ended_ = true;
+  struct Leave {
+    const RegionState& previous;
+    ~Leave() { tls_region = previous; }
+  } leave{previous_};
   tls_region.invocation->endPhase(!abandoned_ && std::uncaught_exceptions() <= uncaught_at_entry_);
-  tls_region = previous_;
+}
+
+RegionGuard::~RegionGuard() {
+  try {
+    end();
+  } catch (const std::exception& e) {
+    if (std::uncaught_exceptions() <= uncaught_at_entry_) {
+      TORCH_WARN("hpac: ending a checkpoint region failed and the error cannot leave a destructor: ", e.what(),
+                 " (call RegionGuard::end() where the region's code returns to receive it)");
+    }
+  }
 }
 
 }  // namespace hpac

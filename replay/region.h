@@ -42,12 +42,23 @@ class RegionGuard {
   // Python exception on its way through a context manager); an exception
   // thrown through the guard itself is noticed without it.
   void abandon() { abandoned_ = true; }
+  // Note [Ending a region can fail]
+  // Ending a phase runs code that may throw: a forward hands what it keeps to
+  // the saved-tensor hooks around it (Note [Outer saved-tensor hooks]), whose
+  // Python pack may raise; a budget's policy plans. end() ends the phase now
+  // and throws what that threw, with the region left and the invocation
+  // consistent (the phase counted as not completed). Call it where the region's
+  // code returned normally; the destructor ends a phase not ended yet (the
+  // unwinding path) and, being noexcept, drops what ending throws then: the
+  // error already on its way wins.
+  void end();
 
  private:
   c10::impl::IncludeDispatchKeyGuard include_;
   RegionState previous_;
   int uncaught_at_entry_;
   bool abandoned_ = false;
+  bool ended_ = false;
 };
 
 }  // namespace hpac

@@ -3,6 +3,7 @@
 #include "replay/collective_work.h"
 #include "replay/dispatch_key.h"
 #include "replay/for_each_tensor.h"
+#include "replay/torch_compat.h"
 #include "replay/written_arguments.h"
 
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -13,6 +14,17 @@
 
 namespace hpac {
 namespace {
+
+// Whether to warn about `key` now: once per key for the process, every time while torch.set_warn_always(True) (as
+// c10's TORCH_WARN_ONCE). The keys are op names and state names (never sizes or invocation numbers), so the set is
+// bounded by the model's ops and named tensors, however long the run (Note [Nothing outlives its model]).
+bool warnNow(const std::string& key) {
+  if (torchWarnsAlways()) return true;
+  static std::mutex mutex;
+  static auto* warned = new std::unordered_set<std::string>();  // leaked: warnings may come during static destruction
+  std::lock_guard<std::mutex> lock(mutex);
+  return warned->insert(key).second;
+}
 
 bool writes(const c10::Argument& a) { return a.alias_info() != nullptr && a.alias_info()->isWrite(); }
 
@@ -64,7 +76,11 @@ bool StateWrites::checkWrite(const c10::OperatorHandle& op, int64_t occurrence, 
     bool outside = false;
     forEachTensor(stack[begin + i], [&](const at::Tensor& t) {
       if (!t.defined() || !t.has_storage() || produced_.count(t.storage().unsafeGetStorageImpl())) return;
-      if (!outside && w.what.empty()) w.what = describe(t);
+      if (!outside && w.what.empty()) {
+        w.what = describe(t);
+        const auto named = names_.find(t.storage().unsafeGetStorageImpl());
+        if (named != names_.end() && !named->second.first.expired()) w.name = named->second.second;
+      }
       outside = true;
     });
     if (outside) {
@@ -107,13 +123,11 @@ StateWrites::Replay StateWrites::replay(const Write& w, const c10::OperatorHandl
                   "trainer's YAML, state_writes=\"skip\" in Python) to make the write once, in the forward "
                   "(Note [State written twice]).");
     case StateWriteRule::kWarn: {
-      static std::mutex warned_mutex;
-      static std::unordered_set<std::string>* warned = new std::unordered_set<std::string>();
-      std::lock_guard<std::mutex> lock(warned_mutex);
-      if (warned->insert(qualifiedOpName(op.operator_name()) + " " + w.what).second) {
+      if (warnNow(qualifiedOpName(op.operator_name()) + " " + (w.name.empty() ? "(unnamed)" : w.name))) {
         TORCH_WARN("hpac: ", what, ". Set state_writes: skip (activation_checkpoint.state_writes in the trainer's "
                    "YAML, state_writes=\"skip\" in Python) to make the write once, or state_writes: error to stop "
-                   "(Note [State written twice]). Warned once per op and tensor.");
+                   "(Note [State written twice]). Warned once per op and tensor name (every time under "
+                   "torch.set_warn_always(True)).");
       }
       return Replay::kRun;
     }

@@ -59,6 +59,7 @@ class StateWrites {
     std::vector<size_t> outside_args;  // argument indices that hold an outside tensor
     bool only_writes = false;          // every return aliases a written argument: skipping the op loses nothing
     std::string what;                  // "'gate.load' ([8] Float)", or "a [8] Float tensor" when unnamed
+    std::string name;                  // "gate.load"; empty when unnamed (the key of its one warning)
   };
   // What the recompute does with an outside write the forward made (replay()).
   enum class Replay : uint8_t {

@@ -20,3 +20,16 @@
 #else
 #define HPAC_ALLOCATOR_CONST const
 #endif
+
+// torch.set_warn_always(): c10::Warning::get_warnAlways() until torch 2.0, c10::WarningUtils:: since 2.1 (when
+// Warning became a class).
+#include <c10/util/Exception.h>
+namespace hpac {
+inline bool torchWarnsAlways() {
+#if HPAC_TORCH_AT_LEAST(2, 1)
+  return c10::WarningUtils::get_warnAlways();
+#else
+  return c10::Warning::get_warnAlways();
+#endif
+}
+}  // namespace hpac

@@ -10,15 +10,51 @@ TrackingAllocator* tracker_instance = nullptr;
 
 }  // namespace
 
-TrackingAllocator& TrackingAllocator::install() {
+TrackingAllocator& TrackingAllocator::instance() {
   static TrackingAllocator* tracker = [] {
     auto* t = new TrackingAllocator(c10::GetCPUAllocator());  // leaked: tensors may outlive statics
-    // Priority above the default registration so that no later default-priority set replaces it.
     tracker_instance = t;
-    c10::SetCPUAllocator(t, /*priority=*/1);
     return t;
   }();
   return *tracker;
+}
+
+// Note [The tracker is installed while asked for]
+void TrackingAllocator::acquire(bool for_good) {
+  std::lock_guard<std::mutex> lock(install_mutex_);
+  if (for_good && for_good_) return;
+  if (!for_good_ && scopes_ == 0) {
+    // Priority above the default registration so that no later default-priority set replaces it meanwhile.
+    c10::SetCPUAllocator(this, /*priority=*/1);
+  }
+  if (for_good) {
+    for_good_ = true;
+  } else {
+    ++scopes_;
+  }
+}
+
+void TrackingAllocator::releaseScope() {
+  std::lock_guard<std::mutex> lock(install_mutex_);
+  if (--scopes_ == 0 && !for_good_ && c10::GetCPUAllocator() == this) c10::SetCPUAllocator(inner_, /*priority=*/1);
+}
+
+TrackingAllocator& TrackingAllocator::install() {
+  TrackingAllocator& t = instance();
+  t.acquire(/*for_good=*/true);
+  return t;
+}
+
+bool TrackingAllocator::installed() {
+  return c10::GetCPUAllocator() == &instance();
+}
+
+TrackingAllocator::Scope::Scope() {
+  instance().acquire(/*for_good=*/false);
+}
+
+TrackingAllocator::Scope::~Scope() {
+  instance().releaseScope();
 }
 
 c10::DataPtr TrackingAllocator::allocate(size_t nbytes) HPAC_ALLOCATOR_CONST {

@@ -21,11 +21,33 @@
 
 namespace hpac {
 
+// Note [The tracker is installed while asked for]
+// Every CPU allocation through the tracker takes its mutex and a map insert,
+// so it is the CPU allocator only while someone asked for it: install() (the
+// Python track_memory(), hpac-train's memory columns, the benchmarks) for the
+// rest of the process, a Scope (explain's memory timeline) while the Scope
+// lives, after which the allocator it wrapped is the CPU allocator again.
+// Tensors it allocated are freed through it whenever they die, so its counts
+// stay right across installs; tensors allocated while it was not installed
+// are never counted. instance() reads the counters without installing.
 class TrackingAllocator final : public c10::Allocator {
  public:
-  // Installs the process-wide tracker over the current CPU allocator (once)
-  // and returns it.
+  // Installs the process-wide tracker over the current CPU allocator for the
+  // rest of the process (once) and returns it.
   static TrackingAllocator& install();
+  // The process-wide tracker, created (not installed) on first use.
+  static TrackingAllocator& instance();
+  // Whether the tracker is the CPU allocator now.
+  static bool installed();
+  // The tracker is the CPU allocator while a Scope lives (or for good after
+  // install()); the allocator it wraps is put back when the last Scope ends.
+  class Scope {
+   public:
+    Scope();
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+  };
 
   int64_t currentBytes() const { return current_.load(std::memory_order_relaxed); }
   int64_t peakBytes() const { return peak_.load(std::memory_order_relaxed); }
@@ -61,7 +83,13 @@ class TrackingAllocator final : public c10::Allocator {
   explicit TrackingAllocator(c10::Allocator* inner) : inner_(inner) {}
   static void release(void* data);
 
+  void acquire(bool for_good);
+  void releaseScope();
+
   c10::Allocator* inner_;
+  int scopes_ = 0;         // guarded by install_mutex_
+  bool for_good_ = false;  // guarded by install_mutex_
+  std::mutex install_mutex_;
   mutable std::atomic<int64_t> current_{0};
   mutable std::atomic<int64_t> peak_{0};
   mutable std::atomic<int64_t> allocations_{0};

@@ -211,7 +211,7 @@ TEST(TracedPolicy, AsksThePolicyLikeAnEagerForward) {
     asked.emplace_back(ctx.op.operator_name().name, ctx.occurrence);
     return ctx.op.operator_name().name == "aten::t" ? CheckpointPolicy::MUST_SAVE : CheckpointPolicy::PREFER_SAVE;
   });
-  TracedPolicy traced(recording);
+  TracedPolicy traced(recording, /*save_routing=*/false, /*record_log=*/true);
   const auto mm = handle("aten::mm");
   EXPECT_EQ(traced.decide(mm), CheckpointPolicy::PREFER_SAVE);
   EXPECT_EQ(traced.decide(handle("aten::detach")), CheckpointPolicy::PREFER_RECOMPUTE);  // ignored table
@@ -231,6 +231,7 @@ TEST(TracedPolicy, AsksThePolicyLikeAnEagerForward) {
 TEST(TracedPolicy, SelectiveAlternatesPerTracedRegion) {
   const auto mm = handle("aten::mm");
   TracedPolicy first(selectivePolicy());
+  EXPECT_TRUE(first.log().empty());  // no log unless asked for: nothing grows per traced op
   EXPECT_EQ(first.decide(mm), CheckpointPolicy::MUST_SAVE);
   EXPECT_EQ(first.decide(mm), CheckpointPolicy::MUST_RECOMPUTE);
   EXPECT_EQ(first.decide(handle("aten::topk")), CheckpointPolicy::MUST_RECOMPUTE);

@@ -41,7 +41,9 @@ def fresh_dynamo():
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     hpac_compile.TRACED.clear()
+    hpac_compile.RECORD = True  # the tests read what the policy was asked (off by default)
     yield
+    hpac_compile.RECORD = False
     torch._dynamo.reset()
 
 

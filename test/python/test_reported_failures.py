@@ -140,6 +140,29 @@ def test_stateful_gate_counted_twice_by_default_is_named_in_one_warning(policy):
         assert "aten::add_.Tensor occurrence 0" in text and "state_writes: skip" in text, text
 
 
+def test_state_write_warnings_are_once_per_op_and_name_and_follow_set_warn_always():
+    """The warned-about keys are op and state name, never sizes: a run over many shapes warns once and keeps one key
+    (Note [Nothing outlives its model]); under torch.set_warn_always(True) every recompute warns, as TORCH_WARN_ONCE."""
+    block = _block()
+
+    def warnings_of(steps, tokens):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for step in range(steps):
+                x = torch.randn(tokens + step, HIDDEN, requires_grad=True)
+                hpac.checkpoint(block, x, policy="full").sum().backward()
+        return [w for w in caught if "gate.expert_load" in str(w.message)]
+    previous = torch.is_warn_always_enabled()
+    try:
+        torch.set_warn_always(True)
+        assert len(warnings_of(3, TOKENS)) == 3  # every time
+        torch.set_warn_always(False)
+        warnings_of(1, TOKENS)  # warned now, or by an earlier test: the key is taken either way
+        assert warnings_of(3, 2 * TOKENS) == []  # other shapes, the same op and buffer: no new warning
+    finally:
+        torch.set_warn_always(previous)
+
+
 def test_stateful_gate_with_state_writes_error_names_op_and_buffer():
     block = _block()
     x = _inputs()

@@ -96,6 +96,38 @@ TEST(TrainerRouting, SelectiveWrapsEveryLayerWhole) {
   }
 }
 
+// Note [Nothing outlives its model]: a layer counts its calls in bounded space whether or not anyone takes the
+// stats, a forward dropped without backward frees what the layers kept, and no invocation outlives its graph.
+TEST(TrainerRouting, LayersHoldNothingAcrossCallsNobodyTakes) {
+  TrackingAllocator& tracker = TrackingAllocator::install();
+  for (const char* mode : {"selective", "full", "budget\n  memory_budget: 0.5"}) {
+    auto trainer = Trainer::create(config("qwen3_moe_tiny", mode), registry(), nullptr);
+    ASSERT_TRUE(trainer.ok()) << trainer.status().message();
+    Trainer& t = **trainer;
+    const TrainConfig& c = t.config();
+    t.step(0);  // a budget profiles and plans
+    const at::Tensor tokens = tokenBatch(c, 1);
+    { at::Tensor warm = t.model().loss(tokens); }  // the model keeps its last input embeddings (for their grads)
+    const int64_t baseline = tracker.currentBytes();
+    constexpr int kCalls = 6;
+    for (int i = 0; i < kCalls; ++i) {
+      { at::Tensor dropped = t.model().loss(tokens); }  // evaluation in train mode: no backward
+      EXPECT_EQ(tracker.currentBytes(), baseline) << mode << ": dropped forward " << i + 1;
+      at::Tensor loss = t.model().loss(tokens);
+      loss.backward();
+    }
+    EXPECT_EQ(Invocation::alive(), 0) << mode;
+    int64_t counted = 0;
+    for (const PreparedLayer& l : t.preparation().layers) {
+      ASSERT_NE(l.layer.checkpointable, nullptr);
+      EXPECT_LE(l.layer.checkpointable->pendingInvocations(), 1u) << mode << " " << l.layer.path;
+      counted += l.layer.checkpointable->takeStats().invocations;
+    }
+    // step 0's calls were taken by step(); every later call (the warm forward, kCalls dropped, kCalls trained) once
+    EXPECT_EQ(counted, (2 * kCalls + 1) * static_cast<int64_t>(t.preparation().layers.size())) << mode;
+  }
+}
+
 TEST(TrainerRouting, FullNativePath) {
   for (const char* preset : {"qwen3_moe_tiny", "gpt2_tiny", "pipeline_stage_tiny", "bi_encoder_tiny"}) {
     const Prepared p = prepare(config(preset, "full"));

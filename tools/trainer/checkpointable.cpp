@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <utility>
 
 namespace hpac::trainer {
 
@@ -27,18 +28,21 @@ void CheckpointableLayer::setCheckpoint(CheckpointSetting setting) {
   setting_ = std::move(setting);
 }
 
-LayerStats CheckpointableLayer::takeStats() {
-  LayerStats out;
+void CheckpointableLayer::foldFinished() {
   // A stats_out slot is filled when the invocation's graph is released, at
   // which point the checkpoint dropped its reference to it.
   auto done = [](const std::shared_ptr<InvocationStats>& s) { return s.use_count() == 1; };
   for (const auto& s : pending_) {
     if (!done(s)) continue;
-    out.totals += *s;
-    ++out.invocations;
+    finished_.totals += *s;
+    ++finished_.invocations;
   }
   pending_.erase(std::remove_if(pending_.begin(), pending_.end(), done), pending_.end());
-  return out;
+}
+
+LayerStats CheckpointableLayer::takeStats() {
+  foldFinished();
+  return std::exchange(finished_, LayerStats{});
 }
 
 CheckpointOptions CheckpointableLayer::options(CheckpointMode mode, bool reentrant) {
@@ -64,6 +68,7 @@ CheckpointOptions CheckpointableLayer::options(CheckpointMode mode, bool reentra
     explain_stats_.reset();
     return options;
   }
+  foldFinished();  // bounded by the graphs alive, whether or not anyone takes the stats (Note [Nothing outlives its model])
   options.stats_out = pending_.emplace_back(std::make_shared<InvocationStats>());
   return options;
 }

@@ -89,6 +89,9 @@ class CheckpointableLayer : public torch::nn::Module {
   // Stats of the invocations finished since the last call (graphs released);
   // invocations still pending stay for a later call.
   LayerStats takeStats();
+  // Invocations counted but not yet folded into the stats (their graphs may be alive): bounded by the graphs
+  // alive, whether or not takeStats() is ever called.
+  size_t pendingInvocations() const { return pending_.size(); }
 
   // The layer's native checkpoint support (the reentrant whole-layer path).
   // Zoo layers all have it; a layer that cannot run its body twice returns false.
@@ -110,9 +113,12 @@ class CheckpointableLayer : public torch::nn::Module {
 
  private:
   CheckpointOptions options(CheckpointMode mode, bool reentrant);
+  // Adds the stats of the invocations whose graphs were released to finished_ and drops their slots.
+  void foldFinished();
 
   CheckpointSetting setting_;
-  std::vector<std::shared_ptr<InvocationStats>> pending_;
+  std::vector<std::shared_ptr<InvocationStats>> pending_;  // one per invocation whose graph may be alive
+  LayerStats finished_;                                     // released since the last takeStats()
   std::shared_ptr<DecisionRecorder> explain_;
   std::shared_ptr<InvocationStats> explain_stats_;
 };

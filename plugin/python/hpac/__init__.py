@@ -25,18 +25,18 @@ from ._explain import EXPLAIN_MODES, Explanation, explain
 from ._field_policies import PolicySpec, torchtitan_mm_shapes
 from ._frame import checkpoint, checkpoint_with
 from ._loader import (_major_minor, _ops_present, built_for_torch, dispatch_key, fallback_status, global_stats, load,
-                      memory_stats, reset_global_stats, reset_peak_memory, track_memory, version)
+                      memory_stats, memory_tracked, reset_global_stats, reset_peak_memory, track_memory, version)
 from . import _policy_fn as _policy_fn_module
 from ._policy_fn import SelectiveCheckpointContext
-from ._regions import Invocation, context_fn, create_selective_checkpoint_contexts
+from ._regions import Invocation, InvocationTally, context_fn, create_selective_checkpoint_contexts
 from ._wrap import checkpoint_wrapper, unwrap_checkpoint
 
 __all__ = [
     "__version__", "load", "built_for_torch", "version", "dispatch_key", "fallback_status", "global_stats",
-    "reset_global_stats", "Invocation", "Budget", "budget", "context_fn", "checkpoint", "checkpoint_with",
-    "checkpoint_wrapper", "unwrap_checkpoint", "track_memory", "memory_stats", "reset_peak_memory", "explain",
-    "Explanation", "EXPLAIN_MODES", "roofline", "create_selective_checkpoint_contexts", "SelectiveCheckpointContext",
-    "PolicySpec", "torchtitan_mm_shapes",
+    "reset_global_stats", "Invocation", "InvocationTally", "Budget", "budget", "context_fn", "checkpoint",
+    "checkpoint_with", "checkpoint_wrapper", "unwrap_checkpoint", "track_memory", "memory_tracked", "memory_stats",
+    "reset_peak_memory", "explain", "Explanation", "EXPLAIN_MODES", "roofline",
+    "create_selective_checkpoint_contexts", "SelectiveCheckpointContext", "PolicySpec", "torchtitan_mm_shapes",
 ]
 
 load()

@@ -17,8 +17,10 @@ from ._budget import Budget
 from ._field_policies import policy_kind
 from ._policy_fn import checked_policy_fn
 
-# The TracedPolicy handles of the regions traced last (newest at the end), for tests and tools that show what the
-# policy saw under compile. Bounded: a long training job traces each layer shape once, but keeps nothing here.
+# While RECORD is True (tests, tools that show what the policy saw under compile), the TracedPolicy handles of the
+# regions traced last (newest at the end), each logging every op it was asked about. Off by default: a training
+# job keeps nothing here and no traced policy logs (Note [Nothing outlives its model], _regions.py).
+RECORD = False
 TRACED: Deque = collections.deque(maxlen=64)
 
 _MODE_KEYS = getattr(torch._C, "_TorchDispatchModeKey", None)  # torch >= 2.1
@@ -68,8 +70,9 @@ def traced_contexts(policy, allow_cache_entry_mutation: bool, routing: str = "ve
     kind, names = policy_kind(policy)
     if kind == "policy_fn":  # the user's own function decides each traced op, as with torch's SAC
         return create_selective_checkpoint_contexts(checked_policy_fn(policy), allow_cache_entry_mutation)
-    traced = torch.classes.hpac.TracedPolicy(kind, names, routing == "save")
-    TRACED.append(traced)
+    traced = torch.classes.hpac.TracedPolicy(kind, names, routing == "save", RECORD)
+    if RECORD:
+        TRACED.append(traced)
     answers = list(CheckpointPolicy)  # the same order as hpac's CheckpointPolicy (policy/checkpoint_policy.h)
 
     def policy_fn(ctx, op, *args, **kwargs):

@@ -8,7 +8,6 @@ import torch
 
 from ._budget import Budget
 from ._frame import checkpoint_with
-from ._loader import track_memory
 from ._regions import Invocation, PolicyLike
 
 EXPLAIN_MODES = ("off", "full", "selective")
@@ -51,7 +50,9 @@ def explain(fn: Callable, *args: Any, policy: PolicyLike = "selective", modes: S
             loss: Optional[Callable[[Any], torch.Tensor]] = None, json_path: Optional[str] = None,
             svg_path: Optional[str] = None, rows: int = 0, name: Optional[str] = None, **kwargs: Any) -> "Explanation":
     """Explains one checkpoint region: runs fn and backward once per mode, capturing tensor bytes over each step
-    (the tracking allocator), and records what hpac did with each op of the `policy` run: decision, the rule or plan
+    (hpac's tracking CPU allocator, installed only while each drawn step runs and removed after, unless
+    hpac.track_memory() installed it for good: Note [The tracker is installed while asked for],
+    replay/tracking_allocator.h), and records what hpac did with each op of the `policy` run: decision, the rule or plan
     entry behind it, output bytes, measured µs. The same C++ renders hpac-explain's output.
 
     Args:
@@ -73,7 +74,6 @@ def explain(fn: Callable, *args: Any, policy: PolicyLike = "selective", modes: S
     _check_arguments(policy, modes, json_path, svg_path)
     label = policy if isinstance(policy, str) else "budget" if isinstance(policy, Budget) else "save_list"
     region = name or getattr(fn, "__qualname__", None) or type(fn).__name__
-    track_memory()
     handle = torch.classes.hpac.Explain(f"Python {region}", region, label)
     loss = loss or (lambda out: out.sum())
 

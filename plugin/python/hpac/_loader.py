@@ -130,12 +130,20 @@ def reset_global_stats() -> None:
 
 
 def track_memory() -> None:
-    """Counts CPU tensor bytes from now on (wraps the CPU allocator once for the whole process)."""
+    """Counts CPU tensor bytes from now on: hpac's tracking allocator wraps the CPU allocator for the rest of the
+    process (every CPU allocation then takes its mutex and a map insert; Note [The tracker is installed while asked
+    for], replay/tracking_allocator.h). Nothing else in hpac installs it for good."""
     torch.ops.hpac.track_memory()
 
 
+def memory_tracked() -> bool:
+    """Whether hpac's tracking allocator is the CPU allocator now (after track_memory(), or while explain draws)."""
+    return bool(torch.ops.hpac.memory_tracked())
+
+
 def memory_stats() -> Dict[str, int]:
-    """{'current_bytes', 'peak_bytes', 'allocations'} of CPU tensors allocated since track_memory()."""
+    """{'current_bytes', 'peak_bytes', 'allocations'} of the CPU tensors allocated while the tracking allocator was
+    installed (track_memory()); zeros if it never was. Reading installs nothing."""
     return dict(torch.ops.hpac.memory_stats())
 
 

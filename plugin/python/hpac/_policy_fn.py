@@ -69,6 +69,9 @@ class _Library:
         lib = ctypes.CDLL(torch.ops.hpac.library_path())
         lib.hpac_operator.restype = ctypes.c_void_p
         lib.hpac_operator.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        lib.hpac_operator_generation.restype = ctypes.c_ulonglong
+        lib.hpac_operator_generation.argtypes = []
+        self._generation = lib.hpac_operator_generation
         lib.hpac_invocation_settle_last.restype = ctypes.c_int
         lib.hpac_invocation_settle_last.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
         lib.hpac_invocation_runs_in_recompute.restype = ctypes.c_int
@@ -82,10 +85,16 @@ class _Library:
         self.last_error = lib.hpac_last_error
         self._operator = lib.hpac_operator
         self._operators: Dict[Any, Optional[int]] = {}
+        self._seen = self._generation()
 
     def operator(self, func) -> Optional[int]:
-        """The C API's handle of an OpOverload (cached); None for what is not a registered operator (a
+        """The C API's handle of an OpOverload (cached until an operator is registered or deregistered: Note
+        [Operator handles follow registration], plugin/c_api.cpp); None for what is not a registered operator (a
         higher-order operator)."""
+        generation = self._generation()
+        if generation != self._seen:
+            self._operators.clear()
+            self._seen = generation
         try:
             return self._operators[func]
         except KeyError:

@@ -221,12 +221,88 @@ class Invocation:
 # Note [context_fn under torch.compile]
 # Dynamo accepts a context_fn only as a functools.partial whose arguments it can turn into constants, and it guards
 # the compiled graph on them. So the partial context_fn returns holds constants only: the policy as a key (a kind
-# name, ("save_list", names), or ("budget", n) for Budget n) and the number of an on_invocation hook; the Budget
-# and the hook themselves are looked up here by number. Equal constants mean one compiled graph for every layer
-# checkpointed alike; a Budget reaches _make_contexts inside AOTAutograd's trace, where it is refused with a
-# message (a hard error, never a silent eager fallback).
+# name, ("save_list", names), or ("budget", n) for Budget n) and the number of the partial itself when it has an
+# on_invocation hook; the Budget and the hook are attributes of the partial, found here by number through weak
+# references (Note [Nothing outlives its model]). Equal constants mean one compiled graph for every layer
+# checkpointed alike; a Budget reaches _make_contexts inside AOTAutograd's trace, where it is refused with a message
+# (a hard error, never a silent eager fallback).
+#
+# Note [Nothing outlives its model]
+# hpac keeps no strong reference from process-wide state to what a user made: a module-level registry holds weak
+# references only (_CONTEXT_FNS here, Budget._live), so a wrapped model, its layers, parameters and Budgets go with
+# the last reference the user holds (a cycle through the module's wrapped forward is collected by gc). A region's
+# saved outputs belong to its C++ Invocation, which belongs to the checkpoint frame, which belongs to the autograd
+# graph: dropping the graph, with or without backward, frees them. Per-layer statistics are counters
+# (InvocationTally), never a list of invocations. docs/reliability.md, "Memory across a run", says what is
+# guaranteed; test/python/test_lifetimes.py checks it.
 _hook_numbers = itertools.count(1)
-_HOOKS: Dict[int, Callable] = {}  # on_invocation hooks by number, while the context_fn naming them lives
+# context_fn partials with an on_invocation hook, by number, while the partial lives (weakly: the partial holds the
+# hook, and the hook often its layer).
+_CONTEXT_FNS: "weakref.WeakValueDictionary[int, functools.partial]" = weakref.WeakValueDictionary()
+
+
+class InvocationTally:
+    """Bounded counters of a region's invocations: hpac.Invocation.stats() summed, and with record_ops their op-log
+    lines counted ("log:<phase> <op> <action>"); hpac.hf's per-layer stats. Each invocation's work is added once:
+    its progress so far when take() runs, the rest when it is freed with its graph. The tally holds no invocation
+    (only weak references), so its memory does not grow with the number of calls (Note [Nothing outlives its
+    model]).
+
+        tally = hpac.InvocationTally()
+        ctx = hpac.context_fn("selective", on_invocation=tally.watch)
+        ...forward, backward...
+        tally.take()   # {'saved': ..., 'served': ..., ..., 'invocations': calls since the last take}
+    """
+
+    __slots__ = ("_total", "_calls", "_taken", "_alive", "__weakref__")
+
+    def __init__(self):
+        self._total: Dict[str, int] = {}
+        self._calls = 0
+        # per invocation not yet freed (by its id): what was already added [stats dict, op-log lines]
+        self._taken: Dict[int, list] = {}
+        self._alive: "weakref.WeakValueDictionary[int, Invocation]" = weakref.WeakValueDictionary()
+
+    def watch(self, inv: "Invocation") -> None:
+        """Counts `inv`'s work (an on_invocation hook); added as take() reads it and when it is freed."""
+        self._calls += 1
+        self._taken[inv.id] = [{}, 0]
+        self._alive[inv.id] = inv
+        weakref.finalize(inv, InvocationTally._finished, weakref.ref(self), inv.id, inv._handle)
+
+    @staticmethod
+    def _finished(tally_ref, number, handle) -> None:
+        tally = tally_ref()
+        if tally is not None:
+            tally._add(number, handle)
+            tally._taken.pop(number, None)
+
+    def _add(self, number: int, handle) -> None:
+        taken = self._taken.get(number)
+        if taken is None:
+            return
+        total = self._total
+        stats = dict(handle.stats())
+        for k, v in stats.items():
+            total[k] = total.get(k, 0) + v - taken[0].get(k, 0)
+        log = handle.op_log()
+        for line in log[taken[1]:]:
+            total["log:" + line] = total.get("log:" + line, 0) + 1
+        taken[0], taken[1] = stats, len(log)
+
+    def take(self) -> Dict[str, int]:
+        """The counters since the last take, then zero ('invocations': the calls watched). An invocation whose
+        graph is still alive adds its progress so far; the rest comes with a later take."""
+        for inv in list(self._alive.values()):
+            self._add(inv.id, inv._handle)
+        total, self._total = self._total, {}
+        total["invocations"], self._calls = self._calls, 0
+        return total
+
+    @property
+    def live(self) -> int:
+        """Watched invocations not yet freed (their graphs are alive)."""
+        return len(self._taken)
 
 
 def _policy_key(policy: PolicyLike):
@@ -262,8 +338,9 @@ def _make_contexts(policy_key, allow_cache_entry_mutation: bool, record_ops: boo
         return _compile.traced_contexts(policy, allow_cache_entry_mutation, routing=rules[0])
     inv = Invocation(policy, allow_cache_entry_mutation, record_ops=record_ops, routing=rules[0],
                      state_writes=rules[1], respect_saved_tensors_hooks=rules[2])
-    if hook is not None:
-        _HOOKS[hook](inv)
+    made = _CONTEXT_FNS.get(hook) if hook is not None else None
+    if made is not None:
+        made.on_invocation(inv)
     return inv.region("forward"), inv.region("recompute")
 
 
@@ -300,10 +377,10 @@ def context_fn(policy: PolicyLike = "selective", allow_cache_entry_mutation: boo
     number = None
     if on_invocation is not None and not _compile.dynamo_tracing():  # compiled code runs no eager invocation
         number = next(_hook_numbers)
-        _HOOKS[number] = on_invocation
     made = functools.partial(_make_contexts, key, allow, bool(record_ops), number, rules)
     if number is not None:
-        weakref.finalize(made, _HOOKS.pop, number, None)
+        made.on_invocation = on_invocation  # found by number, weakly (Note [Nothing outlives its model])
+        _CONTEXT_FNS[number] = made
     if isinstance(policy, Budget):
         made.budget = policy  # the partial holds its number; this keeps the region alive as long as the partial
     return made

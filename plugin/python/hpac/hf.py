@@ -229,8 +229,8 @@ class PreparedLayer:
     budget: Optional["hpac.Budget"] = field(default=None, init=False)
     native: bool = field(default=False, init=False)  # through the model's own activation_checkpointing_enable
     submodules: List[str] = field(default_factory=list, init=False)  # children checkpointed (full), by name
-    # hpac Invocations of this layer's calls, until take_layer_stats()
-    _invocations: list = field(default_factory=list, init=False, repr=False)
+    # hpac's counters of this layer's calls until take_layer_stats(): bounded, holds no invocation whose graph died
+    _tally: "hpac.InvocationTally" = field(default_factory=lambda: hpac.InvocationTally(), init=False, repr=False)
 
     def __post_init__(self, ref):
         self.path, self.index, self.module = ref.path, ref.index, ref.module
@@ -244,7 +244,7 @@ class PreparedLayer:
         return hpac.context_fn(policy, on_invocation=self._on_invocation, record_ops=self.record_ops, **self.rules)
 
     def _on_invocation(self, inv):
-        self._invocations.append(inv)
+        self._tally.watch(inv)
         inv.name_state(self.module, prefix=self.path)  # messages name the buffer a recompute writes again
 
     def use_budget(self, budget: "hpac.Budget") -> None:
@@ -255,17 +255,11 @@ class PreparedLayer:
         self.budget = budget
         wrap_torch_checkpoint(self.module, self._context_fn(budget))
 
-    def take_stats(self):
-        total = {}
-        invocations = list(self._invocations)
-        self._invocations.clear()  # in place: the layer's context_fn appends to this list
-        for inv in invocations:
-            for k, v in inv.stats().items():
-                total[k] = total.get(k, 0) + v
-            for line in inv.op_log():
-                total["log:" + line] = total.get("log:" + line, 0) + 1
-        total["invocations"] = len(invocations)
-        return total
+    def take_stats(self) -> dict:
+        """hpac's counters summed over this layer's calls since the last take ('invocations': how many calls), and
+        "log:<phase> <op> <action>" counts with record_ops. A call whose graph is still alive adds what it did so
+        far; the rest comes with the next take."""
+        return self._tally.take()
 
 
 @dataclass(eq=False)

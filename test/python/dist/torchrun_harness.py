@@ -1,7 +1,6 @@
 """What the torchrun tests share: the tiny Qwen3-MoE YAML, the 2-rank layouts, and torchrun() running
 hpac.harness.dist_train (or a script) on 2 Gloo ranks over loopback, one thread each."""
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,12 +17,6 @@ parallel: %s
 LAYOUTS = {"dp2_fsdp": "{dp: 2, fsdp: true}", "tp2": "{tp: 2}", "ep2_dp2_fsdp": "{dp: 2, ep: 2, fsdp: true}"}
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def write_config(tmp_path, name, mode="selective", parallel="{dp: 2, fsdp: true}", compile_on=False):
     path = tmp_path / f"{name}.yaml"
     text = MODEL % (mode, parallel)
@@ -35,8 +28,11 @@ def torchrun(*args, timeout=600, target=("-m", "hpac.harness.dist_train"), nproc
     """Runs `target` (a module after -m, or a script path) with args on nproc ranks; returns (exit status, output,
     seconds) and prints the command and every "[rank N]" line."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.join(REPO, "plugin", "python"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
-           "--master-port", str(_free_port()), *target, *args]
+    # The agent binds its store on port 0 itself (c10d rendezvous on 127.0.0.1:0; torch 2.13 hands the ranks that
+    # store's port). A port picked here (bind, close, pass --master-port) could be taken by any other process on the
+    # machine before torchrun's agent, seconds later under load, binds it again (EADDRINUSE, the job fails to start).
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", "127.0.0.1:0", "--local-addr", "127.0.0.1", *target, *args]
     start = time.monotonic()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     out = p.stdout + p.stderr

@@ -45,6 +45,7 @@ def test_compiled_layers_match_eager_off_with_one_compile_and_no_graph_break():
         torch._dynamo.reset()
         torch._dynamo.utils.counters.clear()
         hpac_compile.TRACED.clear()
+        hpac_compile.RECORD = True  # read below (off by default)
         backend = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
         config = _yaml(mode, True)
         run = hc.train_compare(lambda: _model(spec), config, _batch(spec, train), steps=STEPS,

@@ -227,6 +227,7 @@ class _Job:
     def __init__(self, args, config, rank, world, memory):
         self.args, self.config, self.rank, self.world, self.memory = args, config, rank, world, memory
         self.spec, self.train = config["model"], config["train"]
+        hpac._compile.RECORD = bool(self.train["compile"])  # traced_regions below: proof that hpac's policy was asked
         self.steps = args.steps or self.train["steps"]
         self.layout = hp.Layout(config["parallel"], rank, world, args.device)
         self.layout.build_groups()
