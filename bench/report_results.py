@@ -466,30 +466,40 @@ def machine(d):
             f"{d['load_average_at_end']:.1f} at the end), GLIBC_TUNABLES={d['glibc_tunables'] or '(unset)'}")
 
 
+def _mib(b, sign=True):
+    return "n/a" if b is None else (f"{b / 2**20:+.3f} MiB" if sign else f"{b / 2**20:.1f} MiB")
+
+
 def soak(r):
     """docs/reliability.md "Memory across a run": the main job over many steps with dropped forwards, exceptions and
     rebuilds (bench/soak.py)."""
     d = load(r, "soak.json")
-    out = [f"Measured by `bench/soak.py` ({machine(d)}; wall {d['wall_s'] / 60:.0f} min): the main job "
-           f"(`{d['config']}`), every run sampled every {next(iter(d['runs'].values()))['samples'][0]['step']} "
-           "steps; growth is the least-squares slope after the warm-up (the first 1000 steps).", "",
+    first = next(iter(d["runs"].values()))
+    out = [f"Measured by `bench/soak.py` ({machine(d)}; OMP_NUM_THREADS={d.get('omp_num_threads', '(unset)')}; wall "
+           f"{d['wall_s'] / 60:.0f} min): the main job (`{d['config']}`), a dropped forward and two exceptions every "
+           f"{first['faults_every']} steps, the model rebuilt every {first['rebuild_every']} steps, sampled every "
+           f"{first['samples'][0]['step']} steps; growth after a warm-up of {d.get('warmup', '(--warmup: default')} "
+           f"{'steps' if 'warmup' in d else '1000 steps)'}.", "",
            "| run | mode | steps | dropped forwards | exceptions (forward / recompute) | rebuilds | live tensor bytes "
-           "after warm-up (min – max) | RSS growth per 1000 steps | RSS at the end | Invocations alive (max) |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "after warm-up (min – max) | RSS growth per 1000 steps (fit) | between rebuilds | across each rebuild | "
+           "RSS at the end | Invocations alive (max) |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for key, run in d["runs"].items():
         s = run["summary"]
         done = run["samples"][-1]["step"]
         steps = f"{done}" if done == run["steps"] else f"{done} of {run['steps']} (stopped)"
-        growth = s["rss_growth_bytes_per_1000_steps"]
-        ranks = " (rank 0; rank 1: " + ", ".join(
-            f"tensor bytes {o['summary']['tensor_bytes_min']} – {o['summary']['tensor_bytes_max']}, RSS growth "
-            f"{o['summary']['rss_growth_bytes_per_1000_steps'] / 2**20:+.3f} MiB per 1000 steps"
-            for o in run.get("other_ranks", [])) + ")" if run.get("other_ranks") else ""
-        out.append(f"| {key.split(':')[0]}{ranks} | {run['mode']} | {steps} | {run['dropped_forwards']} | "
-                   f"{run['forward_faults']} / {run['recompute_faults']} | {run['rebuilds']} | "
-                   f"{s['tensor_bytes_min']} – {s['tensor_bytes_max']} | "
-                   f"{'n/a' if growth is None else f'{growth / 2**20:+.3f} MiB'} | {s['rss_last'] / 2**20:.1f} MiB | "
-                   f"{s['invocations_alive_max']} |")
+        name = key.split(":")[0]
+        for other in run.get("other_ranks", []):
+            o = other["summary"]
+            name += (f" (rank 0; rank {other['rank']}: tensor bytes {o['tensor_bytes_min']} – {o['tensor_bytes_max']}"
+                     f", RSS {_mib(o['rss_growth_between_rebuilds_bytes_per_1000_steps'])} per 1000 steps between "
+                     "rebuilds)")
+        across = ", ".join(_mib(b) for b in s["rss_change_across_rebuilds_bytes"]) or "none"
+        out.append(f"| {name} | {run['mode']} | {steps} | {run['dropped_forwards']} | {run['forward_faults']} / "
+                   f"{run['recompute_faults']} | {run['rebuilds']} | {s['tensor_bytes_min']} – {s['tensor_bytes_max']} "
+                   f"| {_mib(s['rss_growth_bytes_per_1000_steps'])} | "
+                   f"{_mib(s['rss_growth_between_rebuilds_bytes_per_1000_steps'])} | {across} | "
+                   f"{_mib(s['rss_last'], sign=False)} | {s['invocations_alive_max']} |")
     return out
 
 

@@ -50,10 +50,27 @@ def slope_per_1000(samples, key, warmup):
     return 1000 * sum((x - mx) * (y - my) for x, y in pts) / var if var else None
 
 
-def summary(samples, warmup):
+def between_rebuilds(samples, warmup, rebuild_every):
+    """(RSS growth per 1000 steps between rebuilds, [RSS change across each rebuild]): consecutive samples after the
+    warm-up, split by whether a rebuild falls between them."""
+    within, across, steps = 0, [], 0
+    after = [s for s in samples if s["step"] > warmup]
+    for a, b in zip(after, after[1:]):
+        if (a["step"] - 1) // rebuild_every != (b["step"] - 1) // rebuild_every:
+            across.append(b["rss_bytes"] - a["rss_bytes"])
+        else:
+            within += b["rss_bytes"] - a["rss_bytes"]
+            steps += b["step"] - a["step"]
+    return (1000 * within / steps if steps else None), across
+
+
+def summary(samples, warmup, rebuild_every):
     after = [s for s in samples if s["step"] > warmup]
     tensor = [s["tensor_bytes"] for s in after]
+    within, across = between_rebuilds(samples, warmup, rebuild_every)
     return {
+        "rss_growth_between_rebuilds_bytes_per_1000_steps": within,
+        "rss_change_across_rebuilds_bytes": across,
         "samples_after_warmup": len(after),
         "tensor_bytes_min": min(tensor) if tensor else None,
         "tensor_bytes_max": max(tensor) if tensor else None,
@@ -143,7 +160,7 @@ def python_run(args, mode, log, publish, layout=None):
                    "rss_bytes": resident_bytes(), "invocations_alive": torch.ops.hpac.invocations_alive(),
                    "seconds": round(time.perf_counter() - start, 3)}
             record["samples"].append(row)
-            record["summary"] = summary(record["samples"], args.warmup)
+            record["summary"] = summary(record["samples"], args.warmup, args.rebuild_every)
             publish(record)
             if (step + 1) % (10 * args.sample) == 0:
                 log(f"{'rank %d ' % layout.rank if layout else ''}python {mode} step {step + 1}/{args.steps}: "
@@ -206,7 +223,7 @@ def cpp_run(args, mode, log, out_dir):
     with open(path) as f:
         record = json.load(f)
     os.remove(path)
-    record["summary"] = summary(record["samples"], args.warmup)
+    record["summary"] = summary(record["samples"], args.warmup, args.rebuild_every)
     return record
 
 
@@ -220,6 +237,8 @@ def main():
     ap.add_argument("--fsdp-recompute-faults", action="store_true",
                     help="fsdp2 runs also raise inside the recompute (FSDP2's own backward state then decides)")
     ap.add_argument("--fsdp2-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--merge", nargs="+", metavar="JSON",
+                    help="write --out from these soak JSONs (runs made in separate processes, side by side)")
     ap.add_argument("--steps", type=int, default=10000)
     ap.add_argument("--faults-every", type=int, default=50)
     ap.add_argument("--rebuild-every", type=int, default=2000)
@@ -237,12 +256,28 @@ def main():
     if args.fsdp2_worker:
         fsdp2_worker(args, args.modes)
         return
+    if args.merge:
+        merged = None
+        for path in args.merge:
+            with open(path) as f:
+                part = json.load(f)
+            if merged is None:
+                merged = part
+                continue
+            merged["runs"].update(part["runs"])
+            merged["wall_s"] = max(merged["wall_s"], part["wall_s"])  # the parts ran side by side
+            merged["load_average_at_end"] = max(merged["load_average_at_end"], part["load_average_at_end"])
+        with open(args.out, "w") as f:
+            json.dump(merged, f, indent=1)
+        return
 
     import torch
     started = time.perf_counter()
     log = lambda msg: print(f"[soak {time.perf_counter() - started:.0f}s] {msg}", flush=True)
     data = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-            "glibc_tunables": os.environ.get("GLIBC_TUNABLES") or "(unset)", "config": os.path.relpath(args.config, ROOT),
+            "glibc_tunables": os.environ.get("GLIBC_TUNABLES") or "(unset)",
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS") or "(unset)", "warmup": args.warmup,
+            "config": os.path.relpath(args.config, ROOT),
             "load_average_at_start": os.getloadavg()[0], "runs": {}}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
 

@@ -398,7 +398,10 @@ def prepare(model: torch.nn.Module, config: Union[str, os.PathLike, dict], regis
 
     Args:
         model: a transformers model (or any module tree the registry's discovery finds layers in).
-        config: the hpac-train YAML's path, or a dict from load_config / parse_config.
+        config: the hpac-train YAML's path, a dict from load_config / parse_config, or a dict written by hand as the
+            YAML would be ({"activation_checkpoint": {"mode": "budget", "memory_budget": 0.5}}), checked by the same
+            C++ parser (its errors name the key, the line and column of the dict rendered as JSON, and what is
+            allowed).
         registry: a dict from load_registry (default: the shipped one).
         log: called as log(level, message) for every decision, level 'info' or 'warning'.
         record_ops: add every region's op log to the per-layer stats, one count per
@@ -411,6 +414,8 @@ def prepare(model: torch.nn.Module, config: Union[str, os.PathLike, dict], regis
     """
     if not isinstance(config, dict):
         config = load_config(config)
+    elif "file" not in config:  # written by hand, not by the parser: checked by it (JSON is YAML)
+        config = parse_config(json.dumps(config, indent=1), "<the dict given to hpac.hf.prepare>")
     prep = Preparation()
     prep._log = log
     compile_on = config["train"]["compile"]

@@ -67,3 +67,17 @@ def test_budgets_train_the_qwen3_moe_bit_for_bit_with_off():
             assert sum(s["served"] for s in run.layer_stats[-1]) > 0
             assert sum(s["skipped"] for s in run.layer_stats[-1]) > 0  # Note [Dead ops are skipped]
     print("\n" + hc.format_table(hc.summary(runs)))
+
+
+def test_a_hand_written_dict_is_checked_like_the_yaml():
+    """prepare takes the config as a Python user writes it, checked by the C++ parser (it raised TypeError: 'float'
+    object is not subscriptable before)."""
+    config = {"activation_checkpoint": {"mode": "budget", "memory_budget": 0.5}}
+    spec = hf.parse_config(models.QWEN3_MOE_YAML % "off")["model"]
+    prep = hf.prepare(models.qwen3_moe(spec), config, log=None)
+    assert prep.route == "budget" and all(layer.budget.fraction == 0.5 for layer in prep.layers)
+    with pytest.raises(RuntimeError, match=r"<the dict given to hpac\.hf\.prepare>:\d+:\d+: activation_checkpoint\."
+                                           r"memory_budget: '1\.5' is outside \[0, 1\].*allowed: "):
+        hf.prepare(models.qwen3_moe(spec), {"activation_checkpoint": {"mode": "budget", "memory_budget": 1.5}}, log=None)
+    with pytest.raises(RuntimeError, match=r"activation_checkpoint\.mode: 'sometimes' is not allowed"):
+        hf.prepare(models.qwen3_moe(spec), {"activation_checkpoint": {"mode": "sometimes"}}, log=None)
