@@ -69,6 +69,7 @@ def summary(samples, warmup, rebuild_every):
     tensor = [s["tensor_bytes"] for s in after]
     within, across = between_rebuilds(samples, warmup, rebuild_every)
     return {
+        "warmup": warmup,
         "rss_growth_between_rebuilds_bytes_per_1000_steps": within,
         "rss_change_across_rebuilds_bytes": across,
         "samples_after_warmup": len(after),
@@ -215,11 +216,11 @@ def fsdp2_run(args, mode, log):
 def cpp_run(args, mode, log, out_dir):
     """hpac-soak (bench/soak_train.cpp) in a child process; returns its JSON with the summary added."""
     path = os.path.join(out_dir, f"soak_cpp_{mode}.json.part")
-    cmd = [args.cpp, "--config", args.config, "--mode", mode, "--steps", str(args.steps), "--faults-every",
-           str(args.faults_every), "--rebuild-every", str(args.rebuild_every), "--sample", str(args.sample),
-           "--json", path]
+    cmd = [args.cpp, "--config", os.path.relpath(args.config, ROOT), "--mode", mode, "--steps", str(args.steps),
+           "--faults-every", str(args.faults_every), "--rebuild-every", str(args.rebuild_every), "--sample",
+           str(args.sample), "--json", path]
     log("$ " + " ".join(cmd))
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
     with open(path) as f:
         record = json.load(f)
     os.remove(path)
@@ -267,6 +268,9 @@ def main():
             merged["runs"].update(part["runs"])
             merged["wall_s"] = max(merged["wall_s"], part["wall_s"])  # the parts ran side by side
             merged["load_average_at_end"] = max(merged["load_average_at_end"], part["load_average_at_end"])
+        for run in merged["runs"].values():  # the repository's path, not this machine's
+            if os.path.isabs(run.get("config", "")):
+                run["config"] = os.path.relpath(run["config"], ROOT)
         with open(args.out, "w") as f:
             json.dump(merged, f, indent=1)
         return
