@@ -151,7 +151,10 @@ def test_an_exception_in_a_layer_leaves_nothing_behind(mode, where):
         finally:
             handle.remove()
         model.zero_grad(set_to_none=True)
-        assert _live_bytes() == baseline, f"{mode}, {where} {i + 1}: {_live_bytes() - baseline} bytes left"
+        if where == "forward":  # after a failed backward, libtorch's engine may keep its pending tasks until the
+            assert _live_bytes() == baseline, f"{mode}, {where} {i + 1}: {_live_bytes() - baseline} bytes left"
+        _step(model, ids, 50 + i)  # next backward (test/python/test_lifetimes.py): compared after the next step
+        assert _live_bytes() == baseline, f"{mode}, {where} {i + 1}: {_live_bytes() - baseline} bytes after a step"
     assert _live(hpac.Invocation) == 0 and torch.ops.hpac.invocations_alive() == 0
     got, ref = _step(model, ids, 7), _step(reference, ids, 7)
     assert all(torch.equal(a, b) for a, b in zip(got, ref)), f"{mode}: the step after the exceptions differs from off"
