@@ -77,9 +77,8 @@ bool StateWrites::checkWrite(const c10::OperatorHandle& op, int64_t occurrence, 
     forEachTensor(stack[begin + i], [&](const at::Tensor& t) {
       if (!t.defined() || !t.has_storage() || produced_.count(t.storage().unsafeGetStorageImpl())) return;
       if (!outside && w.what.empty()) {
-        w.what = describe(t);
-        const auto named = names_.find(t.storage().unsafeGetStorageImpl());
-        if (named != names_.end() && !named->second.first.expired()) w.name = named->second.second;
+        w.name = nameOf(t);
+        w.what = describe(t, w.name);
       }
       outside = true;
     });
@@ -98,11 +97,15 @@ bool StateWrites::checkWrite(const c10::OperatorHandle& op, int64_t occurrence, 
   return true;
 }
 
-std::string StateWrites::describe(const at::Tensor& t) const {
-  std::ostringstream s;
+std::string StateWrites::nameOf(const at::Tensor& t) const {
   const auto it = names_.find(t.storage().unsafeGetStorageImpl());
-  if (it != names_.end() && !it->second.first.expired()) {
-    s << "'" << it->second.second << "' (" << t.sizes() << " " << t.scalar_type() << ")";
+  return it != names_.end() && !it->second.first.expired() ? it->second.second : std::string();
+}
+
+std::string StateWrites::describe(const at::Tensor& t, const std::string& name) {
+  std::ostringstream s;
+  if (!name.empty()) {
+    s << "'" << name << "' (" << t.sizes() << " " << t.scalar_type() << ")";
   } else {
     s << "a " << t.sizes() << " " << t.scalar_type() << " tensor";
   }

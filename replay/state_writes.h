@@ -99,7 +99,9 @@ class StateWrites {
  private:
   using Key = OpOccurrence;
   using KeyHash = OpOccurrenceHash;
-  std::string describe(const at::Tensor& t) const;
+  // The name given to t's storage (name()), empty when none is alive.
+  std::string nameOf(const at::Tensor& t) const;
+  static std::string describe(const at::Tensor& t, const std::string& name);
   // Storages some op of this forward returned fresh. The region's outside tensors all existed before it began and
   // live through it, so no storage created inside can share an address with one: raw addresses suffice.
   std::unordered_set<const c10::StorageImpl*> produced_;

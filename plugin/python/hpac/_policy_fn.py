@@ -90,14 +90,15 @@ class _Library:
     def operator(self, func) -> Optional[int]:
         """The C API's handle of an OpOverload (cached until an operator is registered or deregistered: Note
         [Operator handles follow registration], plugin/c_api.cpp); None for what is not a registered operator (a
-        higher-order operator)."""
-        generation = self._generation()
-        if generation != self._seen:
-            self._operators.clear()
-            self._seen = generation
+        higher-order operator). A hit costs one dict lookup: a cached address stays valid (refreshed in place by the
+        C API); a miss (a new OpOverload, as re-registration makes) first drops the entries of an older generation."""
         try:
             return self._operators[func]
         except KeyError:
+            generation = self._generation()
+            if generation != self._seen:
+                self._operators.clear()
+                self._seen = generation
             schema = getattr(func, "_schema", None)
             handle = None
             if schema is not None:

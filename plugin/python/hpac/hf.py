@@ -230,7 +230,7 @@ class PreparedLayer:
     native: bool = field(default=False, init=False)  # through the model's own activation_checkpointing_enable
     submodules: List[str] = field(default_factory=list, init=False)  # children checkpointed (full), by name
     # hpac's counters of this layer's calls until take_layer_stats(): bounded, holds no invocation whose graph died
-    _tally: "hpac.InvocationTally" = field(default_factory=lambda: hpac.InvocationTally(), init=False, repr=False)
+    _tally: "hpac.InvocationTally" = field(default_factory=hpac.InvocationTally, init=False, repr=False)
 
     def __post_init__(self, ref):
         self.path, self.index, self.module = ref.path, ref.index, ref.module
