@@ -228,6 +228,28 @@ def summarize(times, ops):
     return out, ratios
 
 
+# How each figure of the JSON is measured (its "method").
+METHOD = {
+    "forward": "the checkpoint call, from call to return (off: the region called plainly); divided by "
+               "ops.forward",
+    "forward_region": "the time inside the forward context alone (entering and leaving it included)",
+    "recompute": "the time inside the recompute context that torch.utils.checkpoint enters in backward: "
+                 "each variant's context_fn returns its contexts wrapped in a timer (full: null contexts); "
+                 "divided by ops.recompute, the region's ops the recompute reruns (counted once by a "
+                 "dispatch mode inside a full checkpoint's recompute context: the recompute stops after the "
+                 "last saved tensor; the detach torch's recompute pack hook runs per saved tensor, "
+                 "ops.recompute_detach_by_checkpoint, is in every variant's time but not in the count)",
+    "backward": "loss.backward() from call to return, recompute included; its extra over off's backward "
+                "in the same repetition cross-checks the recompute figure",
+    "pairing": "every repetition runs every variant `inner` times back to back (each phase keeps its "
+               "fastest run), the variants' order rotated per repetition; medians over repetitions; extras "
+               "and ratios are taken per repetition, then their median",
+    "gc": "garbage collector disabled while a repetition runs, collected before it",
+    "flop": "*_flop: a FlopCounterMode(display=False) entered around loss.backward() only; the recompute "
+            "extra of a *_flop variant is over full_flop",
+}
+
+
 def print_tables(res):
     o = res["ops"]
     print(f"\n{o['forward']} ops in the forward, {o['recompute']} in the recompute; {res['reps']} reps; µs per op "
@@ -309,25 +331,7 @@ def main():
                    "PREFER_RECOMPUTE otherwise", "save_list": [str(op) for op in SAVE_LIST]},
         "ops": ops,
         "reps": reps, "reps_requested": a.reps, "inner": a.inner, "budget_s": a.budget_s,
-        "method": {
-            "forward": "the checkpoint call, from call to return (off: the region called plainly); divided by "
-                       "ops.forward",
-            "forward_region": "the time inside the forward context alone (entering and leaving it included)",
-            "recompute": "the time inside the recompute context that torch.utils.checkpoint enters in backward: "
-                         "each variant's context_fn returns its contexts wrapped in a timer (full: null contexts); "
-                         "divided by ops.recompute, the region's ops the recompute reruns (counted once by a "
-                         "dispatch mode inside a full checkpoint's recompute context: the recompute stops after the "
-                         "last saved tensor; the detach torch's recompute pack hook runs per saved tensor, "
-                         "ops.recompute_detach_by_checkpoint, is in every variant's time but not in the count)",
-            "backward": "loss.backward() from call to return, recompute included; its extra over off's backward "
-                        "in the same repetition cross-checks the recompute figure",
-            "pairing": "every repetition runs every variant `inner` times back to back (each phase keeps its "
-                       "fastest run), the variants' order rotated per repetition; medians over repetitions; extras "
-                       "and ratios are taken per repetition, then their median",
-            "gc": "garbage collector disabled while a repetition runs, collected before it",
-            "flop": "*_flop: a FlopCounterMode(display=False) entered around loss.backward() only; the recompute "
-                    "extra of a *_flop variant is over full_flop",
-        },
+        "method": METHOD,
         "per_op": per_op,
         "ratios": ratios,
         "policy_asked_per_call": {v: {k: n / calls for k, n in p.asked.items()} for v, p in policies.items()},

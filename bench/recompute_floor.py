@@ -51,6 +51,49 @@ class Timed:
             self.acc[-1] += time.thread_time() - self.t
 
 
+def interleave(order, step, times, reps):
+    """Three warm-up rounds of every mode (the budgets' profiles, caches), their times dropped, then `reps` rounds,
+    the order rotated each round."""
+    for warm in range(3):  # the budgets' profiles, caches
+        for mode in order:
+            step(mode)
+    for mode in order:
+        for k in times[mode]:
+            times[mode][k].clear()
+    print(f"[recompute_floor] {reps} interleaved repetitions of {len(order)} modes", flush=True)
+    for rep in range(reps):
+        k = rep % len(order)
+        for mode in order[k:] + order[:k]:
+            step(mode)
+        if (rep + 1) % 10 == 0:
+            print(f"[recompute_floor] {rep + 1}/{reps}", flush=True)
+
+
+def summarize(order, times, stats, budgets):
+    """One row per mode: medians of its times, its ratio to off, its invocation's counts and its budget's plan."""
+    off_total = statistics.median(f + b for f, b in zip(times["off"]["forward"], times["off"]["backward"]))
+    rows = []
+    for mode in order:
+        t = times[mode]
+        total = [f + b for f, b in zip(t["forward"], t["backward"])]
+        row = {"mode": mode, "forward_ms": 1e3 * statistics.median(t["forward"]),
+               "backward_ms": 1e3 * statistics.median(t["backward"]),
+               "recompute_ms": 1e3 * statistics.median(t["recompute"]),
+               "total_ms": 1e3 * statistics.median(total),
+               "total_vs_off": statistics.median(total) / off_total}
+        if mode in stats:
+            row.update({k: stats[mode][k] for k in ("ops_forward", "ops_recompute", "recomputed", "served",
+                                                    "skipped", "saved_bytes")})
+        if mode in budgets:
+            st = budgets[mode].status()
+            row["plan"] = {k: st[k] for k in ("kept_bytes", "off_bytes", "saved_ops", "skipped_ops", "planned_ops",
+                                              "saved_micros", "skipped_micros", "total_micros", "recompute_micros")}
+        rows.append(row)
+        print(f"[recompute_floor] {mode:11s} forward {row['forward_ms']:6.2f} ms  backward {row['backward_ms']:6.2f} "
+              f"ms  recompute {row['recompute_ms']:6.2f} ms  total {row['total_vs_off']:.2f}x off", flush=True)
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=30, help="interleaved repetitions (>= 5)")
@@ -116,40 +159,8 @@ def main(argv=None):
             stats[mode] = invocations[0].stats()
 
     order = list(modes)
-    for warm in range(3):  # the budgets' profiles, caches
-        for mode in order:
-            step(mode)
-    for mode in order:
-        for k in times[mode]:
-            times[mode][k].clear()
-    print(f"[recompute_floor] {args.reps} interleaved repetitions of {len(order)} modes", flush=True)
-    for rep in range(args.reps):
-        k = rep % len(order)
-        for mode in order[k:] + order[:k]:
-            step(mode)
-        if (rep + 1) % 10 == 0:
-            print(f"[recompute_floor] {rep + 1}/{args.reps}", flush=True)
-
-    off_total = statistics.median(f + b for f, b in zip(times["off"]["forward"], times["off"]["backward"]))
-    rows = []
-    for mode in order:
-        t = times[mode]
-        total = [f + b for f, b in zip(t["forward"], t["backward"])]
-        row = {"mode": mode, "forward_ms": 1e3 * statistics.median(t["forward"]),
-               "backward_ms": 1e3 * statistics.median(t["backward"]),
-               "recompute_ms": 1e3 * statistics.median(t["recompute"]),
-               "total_ms": 1e3 * statistics.median(total),
-               "total_vs_off": statistics.median(total) / off_total}
-        if mode in stats:
-            row.update({k: stats[mode][k] for k in ("ops_forward", "ops_recompute", "recomputed", "served",
-                                                    "skipped", "saved_bytes")})
-        if mode in budgets:
-            st = budgets[mode].status()
-            row["plan"] = {k: st[k] for k in ("kept_bytes", "off_bytes", "saved_ops", "skipped_ops", "planned_ops",
-                                              "saved_micros", "skipped_micros", "total_micros", "recompute_micros")}
-        rows.append(row)
-        print(f"[recompute_floor] {mode:11s} forward {row['forward_ms']:6.2f} ms  backward {row['backward_ms']:6.2f} "
-              f"ms  recompute {row['recompute_ms']:6.2f} ms  total {row['total_vs_off']:.2f}x off", flush=True)
+    interleave(order, step, times, args.reps)
+    rows = summarize(order, times, stats, budgets)
     out = {"benchmark": "recompute_floor", "torch": torch.__version__, "hpac": hpac.version(),
            "machine": platform.machine(), "threads": 1, "clock": "time.thread_time (CPU time of the one thread)",
            "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "(unset)"), "reps": args.reps,

@@ -82,6 +82,26 @@ def summary(samples, warmup, rebuild_every):
     }
 
 
+def failing(model, where, ids):
+    """One forward and backward of `model` on `ids` with a Fault raised where the second layer's MLP runs, in the
+    forward or in the recompute; 1 when it was raised (and caught), else 0. The gradients are dropped."""
+    calls = []
+
+    def fault(module, inputs):
+        calls.append(1)
+        if (where == "forward") == (len(calls) == 1):
+            raise Fault(f"raised in the {where}")
+    handle = model.model.layers[1].mlp.register_forward_pre_hook(fault)
+    try:
+        model(input_ids=ids, labels=ids).loss.backward()
+    except Fault:
+        return 1
+    finally:
+        handle.remove()
+        model.zero_grad(set_to_none=True)
+    return 0
+
+
 def python_run(args, mode, log, publish, layout=None):
     """The soak through hpac.hf.prepare, in this process (with `layout`, this rank's part of an FSDP2 job: the model
     sharded after prepare, as hpac.harness.dist_train does); returns the run's record (publish(record) after every
@@ -120,23 +140,6 @@ def python_run(args, mode, log, publish, layout=None):
         rank = layout.rank if layout is not None else 0
         return hm.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"] + rank, step)
 
-    def failing(where, ids):
-        calls = []
-
-        def fault(module, inputs):
-            calls.append(1)
-            if (where == "forward") == (len(calls) == 1):
-                raise Fault(f"raised in the {where}")
-        handle = state["model"].model.layers[1].mlp.register_forward_pre_hook(fault)
-        try:
-            state["model"](input_ids=ids, labels=ids).loss.backward()
-        except Fault:
-            return 1
-        finally:
-            handle.remove()
-            state["model"].zero_grad(set_to_none=True)
-        return 0
-
     build()
     start = time.perf_counter()
     for step in range(args.steps):
@@ -147,9 +150,9 @@ def python_run(args, mode, log, publish, layout=None):
         if step and step % args.faults_every == 0:
             state["model"](input_ids=ids, labels=ids)  # dropped: evaluation in train mode, a skipped micro-batch
             record["dropped_forwards"] += 1
-            record["forward_faults"] += failing("forward", ids)
+            record["forward_faults"] += failing(state["model"], "forward", ids)
             if layout is None or args.fsdp_recompute_faults:
-                record["recompute_faults"] += failing("recompute", ids)
+                record["recompute_faults"] += failing(state["model"], "recompute", ids)
         model, opt = state["model"], state["opt"]
         torch.manual_seed(train["seed"] + step)
         model(input_ids=ids, labels=ids).loss.backward()
