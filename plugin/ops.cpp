@@ -3,6 +3,7 @@
 #include "plugin/fallback.h"
 #include "policy/budget_policy.h"
 #include "policy/policy_kind.h"
+#include "policy/step_plan.h"
 #include "policy/traced_policy.h"
 #include "replay/dispatch_key.h"
 #include "replay/explain.h"
@@ -198,6 +199,21 @@ class BudgetRegionHandle : public torch::CustomClassHolder {
 
   std::string stage() const { return toString(region_->status().stage); }
 
+  // Note [The step's peak as events] (policy/step_plan.h): per budget in bytes, (budget, kept bytes, of them the
+  // bytes autograd does not save, predicted recompute µs); and replan to one of them.
+  std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>, std::vector<double>> candidates(
+      const std::vector<int64_t>& budgets) const {
+    std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>, std::vector<double>> out;
+    for (const BudgetRegion::Candidate& c : region_->candidates(budgets)) {
+      std::get<0>(out).push_back(c.budget_bytes);
+      std::get<1>(out).push_back(c.kept_bytes);
+      std::get<2>(out).push_back(c.unread_bytes);
+      std::get<3>(out).push_back(c.micros);
+    }
+    return out;
+  }
+  void replan(int64_t budget_bytes) { region_->replan(budget_bytes); }
+
   c10::Dict<std::string, int64_t> status() const {
     const BudgetRegion::Status st = region_->status();
     c10::Dict<std::string, int64_t> d;
@@ -315,6 +331,33 @@ void registerLibraryOps(torch::Library& m) {
   m.def("reset_global_stats() -> ()", [] { resetGlobalStats(); });
 }
 
+struct StepProblem {
+  std::vector<std::vector<StepChoice>> layers;
+  std::vector<StepEvent> events;
+};
+
+StepProblem stepProblem(const std::vector<int64_t>& counts, const std::vector<int64_t>& kept,
+                        const std::vector<int64_t>& backward, const std::vector<double>& micros,
+                        const std::vector<int64_t>& event_base, const std::vector<int64_t>& event_kept,
+                        const std::vector<int64_t>& event_layer) {
+  TORCH_CHECK(kept.size() == backward.size() && kept.size() == micros.size(), "hpac.plan_step: ", kept.size(),
+              " kept sizes, ", backward.size(), " backward sizes and ", micros.size(), " times; allowed: as many");
+  TORCH_CHECK(event_base.size() == event_kept.size() && event_base.size() == event_layer.size(), "hpac.plan_step: ",
+              event_base.size(), " event bases, ", event_kept.size(), " kept counts and ", event_layer.size(),
+              " layers; allowed: as many");
+  StepProblem p;
+  size_t next = 0;
+  for (int64_t n : counts) {
+    TORCH_CHECK(n >= 0 && next + n <= kept.size(), "hpac.plan_step: counts ask for more candidates than the ",
+                kept.size(), " given");
+    p.layers.emplace_back();
+    for (int64_t k = 0; k < n; ++k, ++next) p.layers.back().push_back(StepChoice{kept[next], backward[next], micros[next]});
+  }
+  TORCH_CHECK(next == kept.size(), "hpac.plan_step: counts cover ", next, " of the ", kept.size(), " candidates");
+  for (size_t e = 0; e < event_base.size(); ++e) p.events.push_back(StepEvent{event_base[e], event_kept[e], event_layer[e]});
+  return p;
+}
+
 // The budget's cost model and planner: a device's roofline (the front ends measure it before a region) and the
 // additive planner (tests and benchmarks).
 void registerPlannerOps(torch::Library& m) {
@@ -351,6 +394,30 @@ void registerPlannerOps(torch::Library& m) {
               BudgetRegionHandle::groupsTuple(planGroups(ops));
           return std::make_tuple(std::vector<int64_t>(plan.save.begin(), plan.save.end()), group_of, group_bytes,
                                  group_micros, group_collective);
+        });
+  // Note [An exact step plan] (policy/step_plan.h): the whole-step planner on candidates given as flat lists (layer j
+  // has counts[j] of them, in order) and events (base bytes, layers kept, own layer or -1). Returns (choice per
+  // layer, predicted peak, the event setting it, summed µs, fits, exact, largest front).
+  m.def("plan_step(int[] counts, int[] kept, int[] backward, float[] micros, int[] event_base, int[] event_kept, "
+        "int[] event_layer, int target_bytes) -> (int[], int, int, float, bool, bool, int)",
+        [](const std::vector<int64_t>& counts, const std::vector<int64_t>& kept, const std::vector<int64_t>& backward,
+           const std::vector<double>& micros, const std::vector<int64_t>& event_base,
+           const std::vector<int64_t>& event_kept, const std::vector<int64_t>& event_layer, int64_t target_bytes) {
+          const StepProblem p = stepProblem(counts, kept, backward, micros, event_base, event_kept, event_layer);
+          const StepPlan plan = planStep(p.layers, p.events, target_bytes);
+          return std::make_tuple(plan.choice, plan.peak_bytes, plan.peak_event, plan.micros, plan.fits, plan.exact,
+                                 plan.front_states);
+        });
+  m.def("step_peak(int[] counts, int[] kept, int[] backward, float[] micros, int[] event_base, int[] event_kept, "
+        "int[] event_layer, int[] choice) -> (int, int)",
+        [](const std::vector<int64_t>& counts, const std::vector<int64_t>& kept, const std::vector<int64_t>& backward,
+           const std::vector<double>& micros, const std::vector<int64_t>& event_base,
+           const std::vector<int64_t>& event_kept, const std::vector<int64_t>& event_layer,
+           const std::vector<int64_t>& choice) {
+          const StepProblem p = stepProblem(counts, kept, backward, micros, event_base, event_kept, event_layer);
+          int64_t event = -1;
+          const int64_t peak = stepPeak(p.layers, p.events, choice, &event);
+          return std::make_tuple(peak, event);
         });
 }
 
@@ -406,7 +473,9 @@ void registerClasses(torch::Library& m) {
       .def("plan_text", &BudgetRegionHandle::planText)
       .def("plan_source", &BudgetRegionHandle::planSource)
       .def("groups", &BudgetRegionHandle::groups)
-      .def("plan_text_keeping", &BudgetRegionHandle::planTextKeeping);
+      .def("plan_text_keeping", &BudgetRegionHandle::planTextKeeping)
+      .def("candidates", &BudgetRegionHandle::candidates)
+      .def("replan", &BudgetRegionHandle::replan);
 
   m.class_<TracedPolicyHandle>("TracedPolicy")
       .def(torch::init<std::string, std::vector<std::string>, bool, bool>())

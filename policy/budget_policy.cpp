@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_set>
 
 namespace hpac {
 
@@ -282,12 +283,12 @@ void BudgetRegion::finishProfile(std::vector<ProfiledOp> profile, std::optional<
   // saved-tensor hook (a region entered without a checkpoint) it is every output.
   const int64_t off = autograd_saved ? offKeptBytes(profile_, *autograd_saved) : -1;
   const int64_t base = off >= 0 ? off : totalOutputBytes(profile_);
-  const int64_t budget =
-      spec_.bytes >= 0 ? spec_.bytes : static_cast<int64_t>(std::floor(spec_.fraction * static_cast<double>(base)));
+  const int64_t budget = replanned_bytes_ >= 0 ? replanned_bytes_
+                         : spec_.bytes >= 0 ? spec_.bytes
+                                            : static_cast<int64_t>(std::floor(spec_.fraction * static_cast<double>(base)));
   autograd_saved_ = std::move(autograd_saved);
   frame_holds_ = frame_holds;
-  plan_ = planBudget(profile_, budget, dataflow(), frame_holds_);
-  plan_.off_bytes = off;
+  plan_ = planFor(budget);
   keys_ = keysOf(profile_);
   save_ = std::make_shared<const std::vector<bool>>(plan_.save);
   skip_ = std::make_shared<const std::vector<bool>>(plan_.skip);
@@ -325,6 +326,51 @@ std::string BudgetRegion::planText() const {
   TORCH_CHECK(stage_ == Stage::kPlanned, "hpac budget: the region has no plan to save (stage '", toString(stage_),
               "'); a plan exists after the region's profile, while it is planned");
   return planFileText(profile_, plan_);
+}
+
+BudgetPlan BudgetRegion::planFor(int64_t budget) const {
+  BudgetPlan plan = planBudget(profile_, budget, dataflow(), frame_holds_);
+  plan.off_bytes = autograd_saved_ ? offKeptBytes(profile_, *autograd_saved_) : -1;
+  return plan;
+}
+
+void BudgetRegion::checkProfiled(const char* what) const {
+  TORCH_CHECK(stage_ == Stage::kPlanned && !profile_.empty() && plan_source_.empty(), "hpac budget: the region has "
+              "no profile to ", what, " (stage '", toString(stage_), "'", plan_source_.empty() ? "" : ", a loaded plan",
+              "); it has one after its profile, while it is planned");
+}
+
+std::vector<BudgetRegion::Candidate> BudgetRegion::candidates(const std::vector<int64_t>& budgets) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  checkProfiled("plan candidates from");
+  std::unordered_set<int64_t> saved;
+  if (autograd_saved_) saved.insert(autograd_saved_->begin(), autograd_saved_->end());
+  std::vector<Candidate> out;
+  for (int64_t budget : budgets) {
+    TORCH_CHECK(budget >= 0, "hpac budget: a candidate budget of ", budget, " bytes; allowed: >= 0");
+    const BudgetPlan plan = planFor(budget);
+    Candidate c{budget, plan.kept_bytes, 0, plan.recompute_micros};
+    if (c.micros < 0) c.micros = plan.total_micros - plan.saved_micros - plan.skipped_micros;
+    std::unordered_set<int64_t> counted;
+    for (size_t i = 0; i < profile_.size(); ++i) {
+      if (!plan.save[i] || profile_[i].view) continue;
+      for (const auto& [id, bytes] : profile_[i].storages) {
+        if (autograd_saved_ && !saved.count(id) && counted.insert(id).second) c.unread_bytes += bytes;
+      }
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+void BudgetRegion::replan(int64_t budget_bytes) {
+  TORCH_CHECK(budget_bytes >= 0, "hpac budget: replan to ", budget_bytes, " bytes; allowed: >= 0");
+  std::lock_guard<std::mutex> lock(mutex_);
+  checkProfiled("replan from");
+  replanned_bytes_ = budget_bytes;
+  plan_ = planFor(budget_bytes);
+  save_ = std::make_shared<const std::vector<bool>>(plan_.save);
+  skip_ = std::make_shared<const std::vector<bool>>(plan_.skip);
 }
 
 PlanGroups BudgetRegion::groups() const {

@@ -97,6 +97,18 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
   // has them), for hpac.budget(plan=...) to replay. Both throw unless the region is planned from a profile.
   PlanGroups groups() const;
   std::string planTextKeeping(const std::vector<bool>& keep) const;
+  // Note [The step's peak as events] (policy/step_plan.h): what this region would keep and cost under each of
+  // `budgets` (bytes), planned from its last profile as its own plan is; and replan() makes the plan for a new
+  // budget the one later invocations replay (the step planner's choice). Both throw unless the region is planned
+  // from a profile.
+  struct Candidate {
+    int64_t budget_bytes = 0;
+    int64_t kept_bytes = 0;
+    int64_t unread_bytes = 0;  // of kept_bytes, storages autograd does not save (held through the backward too)
+    double micros = 0;         // predicted recompute time (BudgetPlan::recompute_micros, else the kernels run)
+  };
+  std::vector<Candidate> candidates(const std::vector<int64_t>& budgets) const;
+  void replan(int64_t budget_bytes);
   // The source a region's plan was loaded from; "" for a profiled region.
   const std::string& planSource() const { return plan_source_; }
 
@@ -124,6 +136,9 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
   const std::vector<int64_t>* dataflow() const {
     return autograd_saved_ && spec_.skip_dead ? &*autograd_saved_ : nullptr;
   }
+  // The plan for `budget` from profile_, as finishProfile makes it; caller holds mutex_.
+  BudgetPlan planFor(int64_t budget) const;
+  void checkProfiled(const char* what) const;
 
   const BudgetSpec spec_;
   mutable std::mutex mutex_;
@@ -140,6 +155,7 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
   std::shared_ptr<const std::vector<bool>> save_;
   std::shared_ptr<const std::vector<bool>> skip_;  // Note [Dead ops are skipped]; empty: none
   std::string plan_source_;  // Note [Plan files]; set before the region is shared, constant after
+  int64_t replanned_bytes_ = -1;  // the budget replan() set, kept by later profiles; -1: the spec's
 };
 
 const char* toString(BudgetRegion::Stage stage);

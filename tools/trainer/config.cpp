@@ -24,6 +24,9 @@ constexpr const char* kMemoryBudgetAllowed =
     "allowed: a fraction in [0, 1] of what the region keeps with checkpointing off (0.3), or bytes per region with "
     "a unit: B, KiB, MiB or GiB (64MiB)";
 
+constexpr const char* kMemoryTargetAllowed =
+    "allowed: the most tensor bytes one rank may hold during a step, > 0, with a unit: B, KiB, MiB or GiB (70GiB)";
+
 // The policy kinds activation_checkpoint.policy takes: what mode selective can run (policy/policy_kind.h).
 const std::vector<std::string>& selectivePolicyKinds() {
   static const std::vector<std::string> kinds = {"selective", "torchtitan", "save_all_but", "save_occurrences",
@@ -265,8 +268,8 @@ class ConfigParser {
 
   absl::Status parseCheckpoint(const YAML::Node& node, const ModelSpec& model, ActivationCheckpointSpec& ac) {
     if (auto s = r_.checkMap(node, "activation_checkpoint",
-                             {"mode", "memory_budget", "layers", "routing", "state_writes", "cost", "policy",
-                              "policy_params"});
+                             {"mode", "memory_budget", "memory_target", "layers", "routing", "state_writes", "cost",
+                              "policy", "policy_params"});
         !s.ok()) {
       return s;
     }
@@ -290,6 +293,15 @@ class ConfigParser {
       ac.memory_budget = *std::move(budget);
       ac.memory_budget->where = r_.where(b);
     }
+    if (node["memory_target"]) {
+      const YAML::Node t = node["memory_target"];
+      std::string text;
+      HPAC_ASSIGN_OR_RETURN(text, r_.scalar(t, "activation_checkpoint.memory_target"));
+      absl::StatusOr<MemoryBudget> target = parseMemoryTarget(text);
+      if (!target.ok()) return r_.error(t, "activation_checkpoint.memory_target", std::string(target.status().message()));
+      ac.memory_target = *std::move(target);
+      ac.memory_target->where = r_.where(t);
+    }
     if (node["cost"]) {
       HPAC_ASSIGN_OR_RETURN(ac.cost, r_.oneOf(node["cost"], "activation_checkpoint.cost", {"measured", "estimated"}));
     }
@@ -297,12 +309,14 @@ class ConfigParser {
       if (auto s = parseLayers(node["layers"], model, ac); !s.ok()) return s;
     }
     if (auto s = parsePolicy(node, ac); !s.ok()) return s;
-    // memory_budget and mode budget come together.
-    if (ac.usesBudget() && !ac.memory_budget) {
+    if (auto s = checkMemoryTarget(node, ac); !s.ok()) return s;
+    // memory_budget (or memory_target) and mode budget come together.
+    if (ac.usesBudget() && !ac.memory_budget && !ac.memory_target) {
       const bool top = ac.mode == CheckpointMode::kBudget;
       const YAML::Node at = top ? node["mode"] : node["layers"];
       return r_.error(at, top ? "activation_checkpoint.mode" : "activation_checkpoint.layers",
-                      absl::StrCat("'budget' needs activation_checkpoint.memory_budget: ", kMemoryBudgetAllowed));
+                      absl::StrCat("'budget' needs activation_checkpoint.memory_budget (", kMemoryBudgetAllowed,
+                                   ") or activation_checkpoint.memory_target (", kMemoryTargetAllowed, ")"));
     }
     if (ac.memory_budget && !ac.usesBudget()) {
       return r_.error(node["memory_budget"], "activation_checkpoint.memory_budget",
@@ -315,6 +329,30 @@ class ConfigParser {
                       absl::StrCat("'", ac.cost, "' is set but no layer uses mode budget (mode is '", toString(ac.mode),
                                    "'); allowed only with activation_checkpoint.mode: budget or a budget entry in "
                                    "activation_checkpoint.layers"));
+    }
+    return absl::OkStatus();
+  }
+
+  // activation_checkpoint.memory_target: the whole step's target, with the top-level mode budget only, instead of
+  // memory_budget, without a per-layer plan (the target plans every layer).
+  absl::Status checkMemoryTarget(const YAML::Node& node, const ActivationCheckpointSpec& ac) {
+    if (!ac.memory_target) return absl::OkStatus();
+    const YAML::Node t = node["memory_target"];
+    if (ac.memory_budget) {
+      return r_.error(t, "activation_checkpoint.memory_target",
+                      absl::StrCat("'", ac.memory_target->text, "' is set beside memory_budget '",
+                                   ac.memory_budget->text, "' (", ac.memory_budget->where, "); allowed: one of the "
+                                   "two (memory_budget: each layer's share; memory_target: the whole step's bytes)"));
+    }
+    if (ac.mode != CheckpointMode::kBudget) {
+      return r_.error(t, "activation_checkpoint.memory_target",
+                      absl::StrCat("'", ac.memory_target->text, "' is set but mode is '", toString(ac.mode),
+                                   "'; allowed only with activation_checkpoint.mode: budget"));
+    }
+    if (!ac.layers.empty()) {
+      return r_.error(t, "activation_checkpoint.memory_target",
+                      absl::StrCat("'", ac.memory_target->text, "' plans every layer; allowed only without "
+                                   "activation_checkpoint.layers (", ac.layers.front().where, ")"));
     }
     return absl::OkStatus();
   }
@@ -450,6 +488,26 @@ absl::StatusOr<MemoryBudget> parseMemoryBudget(const std::string& text) {
   return b;
 }
 
+absl::StatusOr<MemoryBudget> parseMemoryTarget(const std::string& text) {
+  absl::StatusOr<MemoryBudget> parsed = parseMemoryBudget(text);
+  if ((parsed.ok() && parsed->fraction >= 0) ||
+      (!parsed.ok() && parsed.status().message().find("outside [0, 1]") != absl::string_view::npos)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is a plain number; the target is bytes with a unit (a "
+                                                   "fraction is memory_budget's); ", kMemoryTargetAllowed));
+  }
+  if (!parsed.ok()) {
+    if (parsed.status().message().find("has unit") == absl::string_view::npos &&
+        parsed.status().message().find("negative") == absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a size; ", kMemoryTargetAllowed));
+    }
+    const std::string message(parsed.status().message());
+    return absl::InvalidArgumentError(absl::StrCat(message.substr(0, message.find("; allowed")), "; ",
+                                                   kMemoryTargetAllowed));
+  }
+  if (parsed->bytes <= 0) return absl::InvalidArgumentError(absl::StrCat("'", text, "' is zero; ", kMemoryTargetAllowed));
+  return parsed;
+}
+
 bool ActivationCheckpointSpec::usesBudget() const {
   if (mode == CheckpointMode::kBudget) return true;
   return std::any_of(layers.begin(), layers.end(), [](const LayerRange& r) { return r.mode == CheckpointMode::kBudget; });
@@ -494,6 +552,9 @@ std::string effectiveSummary(const TrainConfig& c) {
     absl::StrAppend(&out, "\nactivation_checkpoint.memory_budget=",
                     b->bytes >= 0 ? absl::StrCat(b->bytes, "B") : absl::StrCat(b->fraction));
     absl::StrAppend(&out, "\nactivation_checkpoint.cost=", c.activation_checkpoint.cost);
+  }
+  if (const auto& t = c.activation_checkpoint.memory_target) {
+    absl::StrAppend(&out, "\nactivation_checkpoint.memory_target=", t->bytes, "B");
   }
   for (const LayerRange& r : c.activation_checkpoint.layers) {
     absl::StrAppend(&out, "\nactivation_checkpoint.layers.", r.first, "-", r.last, "=", toString(r.mode));

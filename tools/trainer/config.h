@@ -24,6 +24,11 @@
 //                                # region keeps under off, or bytes per region with a
 //                                # unit: 64MiB, 512KiB, 2GiB, 4096B (a plain number is
 //                                # always a fraction)
+//     memory_target: 70GiB       # with budget only, instead of memory_budget: the most
+//                                # live tensor bytes one rank may hold at any moment of
+//                                # a step (parameters, gradients, optimizer state and
+//                                # activations); hpac.hf plans every layer to fit it
+//                                # (plugin/python/hpac/_target.py)
 //     cost: measured             # with budget only: measured | estimated, what the plan
 //                                # weighs a recompute by (Note [Estimated op costs])
 //     layers:                    # optional per-layer plan over the language tower
@@ -110,6 +115,8 @@ struct ActivationCheckpointSpec {
   std::vector<LayerRange> layers;  // sorted by first, non-overlapping
   // Set exactly when some layer's mode is budget (the parser checks both ways).
   std::optional<MemoryBudget> memory_budget;
+  // With mode budget, instead of memory_budget: the whole step's byte target (bytes only, > 0; no layers plan).
+  std::optional<MemoryBudget> memory_target;
   // With budget only: "measured" (profiled kernel times) or "estimated" (flops and bytes on the device's roofline).
   std::string cost = "measured";
   // What the recompute does about routing ops and writes to outside tensors (replay/recompute_rules.h).
@@ -167,5 +174,7 @@ absl::StatusOr<TrainConfig> parseConfig(const std::string& text, const std::stri
 
 // Parses a memory_budget value (the grammar above): InvalidArgument "'<text>' ..." naming what is allowed.
 absl::StatusOr<MemoryBudget> parseMemoryBudget(const std::string& text);
+// Parses a memory_target value: bytes with a unit, > 0.
+absl::StatusOr<MemoryBudget> parseMemoryTarget(const std::string& text);
 
 }  // namespace hpac::trainer

@@ -82,6 +82,13 @@ std::string configJson(const TrainConfig& c) {
   } else {
     out += "null";
   }
+  absl::StrAppend(&out, ", \"memory_target\": ");
+  if (ac.memory_target) {
+    const MemoryBudget& t = *ac.memory_target;
+    absl::StrAppend(&out, "{\"bytes\": ", t.bytes, ", \"text\": ", quote(t.text), ", \"where\": ", quote(t.where), "}");
+  } else {
+    out += "null";
+  }
   absl::StrAppend(&out, "}, \"activation_swap\": ", quote(toString(c.activation_swap)));
   const ParallelSpec& p = c.parallel;
   absl::StrAppend(&out, ", \"parallel\": {\"tp\": ", p.tp, ", \"dp\": ", p.dp, ", \"ep\": ", p.ep, ", \"cp\": ", p.cp, ", \"fsdp\": ",

@@ -192,6 +192,7 @@ absl::StatusOr<Inputs> loadInputs(const Args& args) {
   auto config = loadConfig(args.config_path);
   if (!config.ok()) return config.status();
   if (args.mode) config->activation_checkpoint.mode = hpac::checkpointModeOrThrow(*args.mode);
+  if (auto s = refuseMemoryTarget(*config); !s.ok()) return s;
   if (config->activation_checkpoint.usesBudget() && !config->activation_checkpoint.memory_budget) {
     return absl::InvalidArgumentError(absl::StrCat("--mode budget needs activation_checkpoint.memory_budget in ",
                                                    args.config_path,

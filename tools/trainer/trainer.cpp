@@ -54,8 +54,18 @@ at::Tensor tokenBatch(const TrainConfig& config, int64_t step) {
   return (start + stride * at::arange(s, at::kLong).unsqueeze(0)).remainder(v);
 }
 
+absl::Status refuseMemoryTarget(const TrainConfig& config) {
+  const auto& t = config.activation_checkpoint.memory_target;
+  if (!t) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      t->where, ": activation_checkpoint.memory_target '", t->text, "': hpac-train does not plan a whole-step target "
+      "yet; hpac.hf.prepare and hpac.fit_memory_target do (docs/python.md, \"Fit a step into N bytes\"). For "
+      "hpac-train give activation_checkpoint.memory_budget (each layer's share) instead"));
+}
+
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, const ModelRegistry& registry,
                                                          const LogFn& log, std::shared_ptr<ParallelRuntime> parallel) {
+  if (auto s = refuseMemoryTarget(config); !s.ok()) return s;
   std::unique_ptr<Trainer> t(new Trainer());
   t->config_ = config;
   t->parallel_ = std::move(parallel);

@@ -55,6 +55,10 @@ struct StepResult {
   StepCollectives collectives;          // parallel runs only
 };
 
+// activation_checkpoint.memory_target is planned by hpac.hf (plugin/python/hpac/_target.py), not yet by the
+// Trainer: Unimplemented naming the key's file:line:col and what to give instead.
+absl::Status refuseMemoryTarget(const TrainConfig& config);
+
 class Trainer {
  public:
   // Builds, initialises (seed) and prepares the model; installs the
