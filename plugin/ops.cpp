@@ -435,6 +435,8 @@ void registerMeasurementOps(torch::Library& m) {
     return d;
   });
   m.def("reset_peak_memory() -> ()", [] { TrackingAllocator::instance().resetPeak(); });
+  // The memory target's own peak since its last take (TrackingAllocator::takeEventPeak; reset_peak_memory leaves it).
+  m.def("take_event_peak() -> int", [] { return TrackingAllocator::instance().takeEventPeak(); });
   m.def("memory_tracked() -> bool", [] { return TrackingAllocator::installed(); });
   // hpac::Invocation objects alive (C++ and Python regions alike): 0 when no autograd graph holds one.
   m.def("invocations_alive() -> int", [] { return Invocation::alive(); });

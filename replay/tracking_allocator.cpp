@@ -69,6 +69,9 @@ c10::DataPtr TrackingAllocator::allocate(size_t nbytes) HPAC_ALLOCATOR_CONST {
   int64_t peak = peak_.load(std::memory_order_relaxed);
   while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }
+  int64_t event_peak = event_peak_.load(std::memory_order_relaxed);
+  while (now > event_peak && !event_peak_.compare_exchange_weak(event_peak, now, std::memory_order_relaxed)) {
+  }
   allocations_.fetch_add(1, std::memory_order_relaxed);
   if (data == nullptr) return c10::DataPtr(nullptr, nullptr, nullptr, device);  // zero bytes
   {

@@ -54,6 +54,12 @@ class TrackingAllocator final : public c10::Allocator {
   int64_t allocations() const { return allocations_.load(std::memory_order_relaxed); }
   // Sets the peak to the current value.
   void resetPeak() { peak_.store(currentBytes(), std::memory_order_relaxed); }
+  // A second peak, the whole-step memory target's own (plugin/python/hpac/_target.py): the peak since the last
+  // take, which then starts again from the current value. resetPeak() does not touch it, so a caller's own peak
+  // readings and the target's events do not disturb each other.
+  int64_t takeEventPeak() {
+    return event_peak_.exchange(currentBytes(), std::memory_order_relaxed);
+  }
 
   // Timeline (explain, replay/explain.h): while set, the bytes alive after
   // every allocation and free are appended to `*out` (TimelineCapture owns
@@ -92,6 +98,7 @@ class TrackingAllocator final : public c10::Allocator {
   std::mutex install_mutex_;
   mutable std::atomic<int64_t> current_{0};
   mutable std::atomic<int64_t> peak_{0};
+  mutable std::atomic<int64_t> event_peak_{0};
   mutable std::atomic<int64_t> allocations_{0};
   mutable std::atomic<int64_t> fail_countdown_{0};
   struct Live {

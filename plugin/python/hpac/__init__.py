@@ -18,7 +18,8 @@ arrive as RuntimeError with hpac's message.
 
 One job per private module: _loader (the library and its process-wide ops), _budget, _regions (Invocation,
 context_fn), _compile (torch.compile), _frame (hpac.checkpoint), _explain, _wrap (checkpoint_wrapper), _policy_fn
-(torch's SAC API: policy functions and op lists), _field_policies (PolicySpec: C++ rule kinds with parameters).
+(torch's SAC API: policy functions and op lists), _field_policies (PolicySpec: C++ rule kinds with parameters),
+_target (a whole-step memory target: fit_memory_target).
 """
 from ._budget import Budget, budget, roofline
 from ._explain import EXPLAIN_MODES, Explanation, explain
@@ -30,6 +31,7 @@ from . import _policy_fn as _policy_fn_module
 from ._policy_fn import SelectiveCheckpointContext
 from ._regions import Invocation, InvocationTally, context_fn, create_selective_checkpoint_contexts
 from ._wrap import checkpoint_wrapper, unwrap_checkpoint
+from ._target import LayerPlan, MemoryTarget, MemoryTargetError, fit_memory_target
 
 __all__ = [
     "__version__", "load", "built_for_torch", "version", "dispatch_key", "fallback_status", "global_stats",
@@ -37,6 +39,7 @@ __all__ = [
     "checkpoint_with", "checkpoint_wrapper", "unwrap_checkpoint", "track_memory", "memory_tracked", "memory_stats",
     "reset_peak_memory", "explain", "Explanation", "EXPLAIN_MODES", "roofline",
     "create_selective_checkpoint_contexts", "SelectiveCheckpointContext", "PolicySpec", "torchtitan_mm_shapes",
+    "fit_memory_target", "MemoryTarget", "MemoryTargetError", "LayerPlan",
 ]
 
 load()

@@ -281,6 +281,8 @@ class Preparation:
     _compiled_modules: list = field(default_factory=list, init=False, repr=False)
     _log: Optional[Callable[[str, str], None]] = field(default=None, init=False, repr=False)
     _native_model: Optional[torch.nn.Module] = field(default=None, init=False, repr=False)
+    # activation_checkpoint.memory_target: the whole step's target over the budget layers (report(), plan, history)
+    target: Optional["hpac.MemoryTarget"] = field(default=None, init=False, repr=False)
 
     def info(self, message):
         self.messages.append(message)
@@ -429,6 +431,7 @@ def prepare(model: torch.nn.Module, config: Union[str, os.PathLike, dict], regis
     for level, message in plan["messages"]:
         (prep.warn if level == "warning" else prep.info)(message)
     _apply(prep, plan, config, record_ops, compile_on)
+    _fit_target(prep, model, config["activation_checkpoint"])
     if compile_on:
         targets = prep.layers if prep.touched else [ref for c in prep.discovery.containers for ref in c.layers]
         _compile_layers(prep, targets, compile_backend)
@@ -471,6 +474,8 @@ def _apply_layer(prep, p, lp, ac):
         # The model's own path (GradientCheckpointingLayer.__call__), with this layer's hpac region.
         p.module._gradient_checkpointing_func = functools.partial(
             torch.utils.checkpoint.checkpoint, use_reentrant=False, context_fn=p._context_fn("full"))
+    elif p.layer == "budget" and ac.get("memory_target"):  # wrapped by _fit_target
+        p.budget = hpac.budget(bytes=0, cost=ac.get("cost", "measured"))
     elif p.layer != "off":  # selective or budget, whole layer; budget: one region per layer, as the C++ trainer
         if p.layer == "budget":
             p.budget = _budget_of(ac["memory_budget"], ac.get("cost", "measured"))
@@ -478,6 +483,24 @@ def _apply_layer(prep, p, lp, ac):
     p.submodules = list(lp["submodules"])
     for name in p.submodules:
         wrap_torch_checkpoint(p.module._modules[name], p._context_fn("full"))
+
+
+def _fit_target(prep, model, ac):
+    """activation_checkpoint.memory_target: the budget layers planned together under the whole step's target
+    (hpac.MemoryTarget, plugin/python/hpac/_target.py), measured at the root model's calls."""
+    target = ac.get("memory_target")
+    layers = [p for p in prep.layers if p.layer == "budget" and p.budget is not None]
+    if not target or not layers:
+        return
+    if prep.compiled or any(p.compiled for p in layers):
+        raise ValueError(f"hpac.hf: activation_checkpoint.memory_target ({target['where']}) plans from eager "
+                         "profiles; allowed only with train.compile: false")
+    entries = [(p.path, p.module, p.budget, functools.partial(_torch_checkpointed, p._context_fn(p.budget)))
+               for p in layers]
+    prep.target = hpac.MemoryTarget(model, entries, target["bytes"],
+                                    lambda level, message: (prep.warn if level == "warning" else prep.info)(message))
+    prep.info(f"memory target {target['text']}: step 1 profiles every layer (all recomputed), the plan for the whole "
+              "step is made at step 2's start")
 
 
 def _selective_policy(layer_mode, ac):
@@ -507,6 +530,8 @@ def _compile_layers(prep, layers, backend):
 
 def unprepare(model: torch.nn.Module, prep: "Preparation") -> None:
     """Undoes prepare's wrapping and compiling of `model` (use_cache is left as prepare set it)."""
+    if prep.target is not None:
+        prep.target.remove()
     for module in prep._compiled_modules:
         module._compiled_call_impl = None  # undoes module.compile()
     for p in prep.layers:
