@@ -34,9 +34,10 @@ struct State {
   int64_t choice;
 };
 
-// Keeps the states no other dominates (no more bytes at no more time), sorted by bytes.
+// Keeps the states no other dominates (no more bytes at no more time), sorted by bytes; of equal ones the first
+// made (the earlier candidate: front-ends list the cheaper-to-run ones first).
 void prune(std::vector<State>& states) {
-  std::sort(states.begin(), states.end(), [](const State& a, const State& b) {
+  std::stable_sort(states.begin(), states.end(), [](const State& a, const State& b) {
     return a.bytes != b.bytes ? a.bytes < b.bytes : a.micros < b.micros;
   });
   std::vector<State> front;

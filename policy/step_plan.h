@@ -82,7 +82,8 @@ constexpr int64_t kStepFrontCap = 1 << 18;
 int64_t stepPeak(const std::vector<std::vector<StepChoice>>& layers, const std::vector<StepEvent>& events,
                  const std::vector<int64_t>& choice, int64_t* event = nullptr);
 
-// The choice with every event <= target_bytes at the least summed micros (Note [An exact step plan]); when none
+// The choice with every event <= target_bytes at the least summed micros (Note [An exact step plan]; of equal ones,
+// the fewest bytes, then the earliest candidates); when none
 // fits, the choice keeping the least bytes in every layer, with fits false. Throws c10::Error for a malformed
 // problem (a layer without candidates, an event out of range), naming it.
 StepPlan planStep(const std::vector<std::vector<StepChoice>>& layers, const std::vector<StepEvent>& events,

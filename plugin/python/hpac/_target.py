@@ -248,8 +248,9 @@ class MemoryTarget:
             if key not in shared:
                 budgets = sorted({off * k // _STEPS for k in range(_STEPS + 1)})
                 b, kept, unread, micros = region.candidates(budgets)
-                shared[key] = [(b[k], kept[k], unread[k], micros[k], True) for k in range(len(b))]
-                shared[key].append((off, off, 0, 0.0, False))  # not checkpointed: off's bytes, no recompute
+                # Not checkpointed first: off's bytes, no recompute, no checkpoint around it (it wins ties).
+                shared[key] = [(off, off, 0, 0.0, False)]
+                shared[key] += [(b[k], kept[k], unread[k], micros[k], True) for k in range(len(b))]
             layer.candidates = shared[key]
             layer.plan.off_bytes = off
 

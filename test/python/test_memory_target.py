@@ -1,0 +1,95 @@
+"""hpac.fit_memory_target on a plain torch model (any torch hpac supports; hpac.checkpoint's frame): the step's live
+tensor bytes under a target between full's and off's measured peaks, parameters bitwise equal to an off run, and the
+entry's errors for bad targets and layers. The transformers path is test/python/hf/test_hf_memory_target.py."""
+import gc
+
+import pytest
+import torch
+
+import hpac
+
+STEPS = 4
+
+
+class Block(torch.nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.up = torch.nn.Linear(width, 4 * width)
+        self.down = torch.nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+class Net(torch.nn.Module):
+    def __init__(self, width=64, depth=4):
+        super().__init__()
+        self.inp = torch.nn.Linear(width, width)
+        self.layers = torch.nn.ModuleList(Block(width) for _ in range(depth))
+
+    def forward(self, x):
+        x = self.inp(x)
+        for layer in self.layers:
+            x = layer(x)
+        return (x * x).mean()
+
+
+def _train(how, target=None):
+    """(parameters after STEPS steps, per-step peak of hpac.memory_stats, the MemoryTarget or None)."""
+    torch.manual_seed(3)
+    model = Net()
+    fitted = None
+    if how == "full":
+        for layer in model.layers:
+            hpac.checkpoint_wrapper(layer, "full")
+    elif how == "target":
+        fitted = hpac.fit_memory_target(model, model.layers, target)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    peaks = []
+    for step in range(STEPS):
+        x = torch.randn(512, 64, generator=torch.Generator().manual_seed(step))
+        hpac.reset_peak_memory()
+        model(x).backward()
+        opt.step()
+        opt.zero_grad()
+        peaks.append(hpac.memory_stats()["peak_bytes"])
+    params = [p.detach().clone() for p in model.parameters()]
+    del model, opt
+    gc.collect()
+    return params, peaks, fitted
+
+
+def test_a_plain_model_fits_its_target_and_trains_as_off():
+    hpac.track_memory()
+    gc.collect()
+    off_params, off_peaks, _ = _train("off")
+    _, full_peaks, _ = _train("full")
+    assert max(full_peaks) < max(off_peaks)
+    target = (max(full_peaks) + max(off_peaks)) // 2
+    params, peaks, fitted = _train("target", target)
+    planned = [row for row in fitted.history if row["planned"]]
+    assert planned and all(row["measured_bytes"] <= target for row in planned), fitted.history
+    assert max(peaks[1:]) <= target
+    assert {p.checkpointed for p in fitted.plan} == {True, False}, fitted.plan
+    assert all(torch.equal(a, b) for a, b in zip(params, off_params))
+    report = fitted.report()
+    assert report["target_bytes"] == target and len(report["layers"]) == 4
+
+
+@pytest.mark.parametrize("target, message", [
+    ("70GB", r"'70GB' is not a size; allowed: .*B, KiB, MiB or GiB"),
+    ("0MiB", r"'0MiB' is not above zero"),
+    (-5, r"-5 is not above zero"),
+    (1.5, r"1\.5 is a float"),
+])
+def test_bad_targets_name_what_is_allowed(target, message):
+    with pytest.raises(hpac.MemoryTargetError, match=message):
+        hpac.fit_memory_target(Net(), Net().layers, target)
+
+
+def test_layers_must_be_modules():
+    with pytest.raises(hpac.MemoryTargetError, match="at least one layer"):
+        hpac.fit_memory_target(Net(), [], "1GiB")
+    with pytest.raises(TypeError, match="layer 1 is a str, not a torch.nn.Module"):
+        model = Net()
+        hpac.fit_memory_target(model, [model.layers[0], "layer"], "1GiB")
