@@ -1,0 +1,134 @@
+"""The whole-step memory target on the main job (issue: fit the step into the memory you name).
+
+The main job's model (the transformers Qwen3MoeForCausalLM of examples/training_demo/train.yaml, its seq and batch),
+prepared by hpac.hf.prepare, trained with AdamW. First every fixed mode a user could pick by hand — off, full,
+selective, memory_budget 0.1 ... 0.9 — then memory_target at --targets points evenly between full's and off's
+measured step peak. Each run builds its model afresh (the same seed and batches), with nothing else alive, runs
+--warmup steps then --steps measured steps; per step: the peak of the process's live CPU tensor bytes over forward,
+backward and optimizer step (hpac's tracking allocator, absolute: what a target counts), and the CPU time of the one
+thread (torch.set_num_threads(1), time.thread_time) of the same. Runs follow each other in one process (not
+interleaved: the target measures absolute bytes, which another live model would change). Losses against off's, bit
+for bit. Per target: the plan's predicted peak and the measured one, slack (target - measured) / target, the fastest
+fixed mode whose measured peak fits the same target, and the step-time ratio.
+
+    GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296 \\
+      .venv/bin/python bench/memory_target.py [--targets 6] [--steps 5] [--warmup 2]
+"""
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "plugin", "python"))
+
+import hpac  # noqa: E402
+import hpac.hf as hf  # noqa: E402
+import hpac.harness.models as hm  # noqa: E402
+
+CONFIG = os.path.join(ROOT, "examples", "training_demo", "train.yaml")
+FIXED = ["off", "full", "selective"] + [f"budget:{f / 10:.1f}" for f in range(1, 10)]
+
+
+def _config(base, mode):
+    """`base` with activation_checkpoint replaced: a fixed mode, 'budget:<f>' or 'target:<bytes>'."""
+    ac = dict(base["activation_checkpoint"])
+    name, _, value = mode.partition(":")
+    ac.update(mode=name, layers=[], memory_budget=None, memory_target=None)
+    if name == "budget":
+        ac["memory_budget"] = {"fraction": float(value), "bytes": None, "text": value, "where": "(bench)"}
+    if name == "target":
+        ac.update(mode="budget", memory_target={"bytes": int(value), "text": f"{value}B", "where": "(bench)"})
+    return dict(base, activation_checkpoint=ac)
+
+
+def run(base, mode, warmup, steps):
+    """One mode's run: per measured step (peak bytes, thread seconds, loss), and the MemoryTarget's report."""
+    spec, train = base["model"], base["train"]
+    gc.collect()
+    model = hm.qwen3_moe_model(spec, train["seed"])
+    model.train()
+    prep = hf.prepare(model, _config(base, mode), log=lambda level, message: None)
+    opt = torch.optim.AdamW(model.parameters(), lr=train["lr"])
+    rows = []
+    for step in range(warmup + steps):
+        ids = hm.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step)
+        gc.collect()
+        gc.disable()
+        hpac.reset_peak_memory()
+        t0 = time.thread_time()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        seconds = time.thread_time() - t0
+        gc.enable()
+        rows.append({"peak_bytes": hpac.memory_stats()["peak_bytes"], "thread_s": seconds, "loss": loss.item()})
+        del loss
+    report = None
+    if prep.target is not None:
+        report = prep.target.report()
+    del model, opt, prep
+    gc.collect()
+    measured = rows[warmup:]
+    return {"mode": mode, "steps": measured, "peak_bytes": max(r["peak_bytes"] for r in measured),
+            "median_thread_s": statistics.median(r["thread_s"] for r in measured),
+            "losses": [r["loss"] for r in rows], "target": report}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--targets", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "memory_target.json"))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    hpac.track_memory()
+    base = hf.load_config(CONFIG)
+    started = time.perf_counter()
+    log = lambda msg: print(f"[memory_target {time.perf_counter() - started:.0f}s] {msg}", flush=True)
+    fixed = {}
+    for mode in FIXED:
+        fixed[mode] = run(base, mode, args.warmup, args.steps)
+        log(f"{mode}: peak {fixed[mode]['peak_bytes'] / 2**20:.2f} MiB, {fixed[mode]['median_thread_s'] * 1e3:.0f} ms")
+    lo, hi = fixed["full"]["peak_bytes"], fixed["off"]["peak_bytes"]
+    targets = [int(lo + (hi - lo) * k / (args.targets + 1)) for k in range(1, args.targets + 1)]
+    sweep = []
+    for target in targets:
+        r = run(base, f"target:{target}", args.warmup, args.steps)
+        planned = [h for h in r["target"]["history"] if h["planned"]]
+        fits = [m for m, f in fixed.items() if f["peak_bytes"] <= target]
+        best = min(fits, key=lambda m: fixed[m]["median_thread_s"]) if fits else None
+        row = {"target_bytes": target, "predicted_bytes": r["target"]["predicted_bytes"],
+               "predicted_event": r["target"]["predicted_event"], "measured_bytes": r["peak_bytes"],
+               "measured_event": planned[-1]["measured_event"] if planned else None,
+               "slack": (target - r["peak_bytes"]) / target,
+               "prediction_error": (r["target"]["predicted_bytes"] - r["peak_bytes"]) / r["peak_bytes"],
+               "median_thread_s": r["median_thread_s"], "layers": r["target"]["layers"],
+               "losses_equal_off": r["losses"] == fixed["off"]["losses"], "fastest_fixed": best,
+               "fastest_fixed_thread_s": fixed[best]["median_thread_s"] if best else None,
+               "steps": r["steps"]}
+        sweep.append(row)
+        log(f"target {target / 2**20:.2f} MiB: measured {row['measured_bytes'] / 2**20:.2f}, predicted "
+            f"{row['predicted_bytes'] / 2**20:.2f}, slack {100 * row['slack']:.1f}%, "
+            f"{row['median_thread_s'] * 1e3:.0f} ms vs {best} {row['fastest_fixed_thread_s'] * 1e3 if best else 0:.0f} ms")
+    data = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+            "glibc_tunables": os.environ.get("GLIBC_TUNABLES"), "config": os.path.relpath(CONFIG, ROOT),
+            "warmup": args.warmup, "steps": args.steps, "wall_s": time.perf_counter() - started,
+            "load_average_at_end": os.getloadavg()[0],
+            "fixed": {m: {k: v for k, v in f.items() if k != "target"} for m, f in fixed.items()},
+            "losses_equal_off": {m: f["losses"] == fixed["off"]["losses"] for m, f in fixed.items()}, "sweep": sweep}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(data, f, indent=1)
+    log(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
