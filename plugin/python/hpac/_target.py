@@ -329,6 +329,26 @@ class MemoryTarget:
             self._log(level, message)
 
     # --- reading ---------------------------------------------------------------------------------------------
+    def uniform_plans(self) -> List[Dict[str, Any]]:
+        """What the model predicts for each plan a user could set by hand, the same for every layer — no checkpoint,
+        or the budget at k/16 of each layer's off bytes — beside the plan made: per plan 'plan' ('off' or the
+        fraction), 'predicted_bytes', 'recompute_micros', 'fits'. Empty before the plan is made."""
+        if not self._planned_at:
+            return []
+        events = list(self._bases)
+        counts = [len(layer.candidates) for layer in self._layers]
+        flat = [c for layer in self._layers for c in layer.candidates]
+        out = []
+        for k in range(min(counts)):  # candidate k of every layer: 0 is unwrapped, k >= 1 the budget (k-1)/16
+            choice = [k] * len(self._layers)
+            peak, _ = torch.ops.hpac.step_peak(
+                counts, [c[1] for c in flat], [c[2] for c in flat], [float(c[3]) for c in flat],
+                [self._bases[e] for e in events], [e[1] for e in events], [e[2] for e in events], choice)
+            micros = sum(layer.candidates[k][3] for layer in self._layers)
+            out.append({"plan": "off" if k == 0 else (k - 1) / _STEPS, "predicted_bytes": peak,
+                        "recompute_micros": micros, "fits": peak <= self.target_bytes})
+        return out
+
     @property
     def plan(self) -> List[LayerPlan]:
         return [layer.plan for layer in self._layers]
