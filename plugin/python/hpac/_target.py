@@ -132,8 +132,9 @@ class MemoryTarget:
     """A whole-step memory target over `layers` of `model` (made by fit_memory_target or hpac.hf.prepare)."""
 
     def __init__(self, model: torch.nn.Module, layers: Sequence[Tuple[str, torch.nn.Module, Budget, Callable]],
-                 target_bytes: int, log: Optional[Callable[[str, str], None]] = None):
+                 target_bytes: int, log: Optional[Callable[[str, str], None]] = None, group: Any = None):
         self.target_bytes = target_bytes
+        self._group = group  # Note [One step plan for every rank]
         self.model = model
         param = next(model.parameters(), None)
         self._meter = _Meter(param.device if param is not None else torch.device("cpu"))
@@ -226,6 +227,8 @@ class MemoryTarget:
             if self._planned_at == 0 and event[0] != "the rest":
                 base -= self._start_bytes[-1]  # step 1: relative to its start (the optimizer state comes later)
             self._bases[event] = max(self._bases.get(event, base), base) if self._planned_at else base
+        if self._planned_at:
+            self._bases = self._agree_bases(self._bases)
 
     def _held(self, event: Event) -> int:
         """What the current plan's layers add to `event`."""
@@ -265,15 +268,60 @@ class MemoryTarget:
 
     def _plan_first(self) -> None:
         """At step 2's start: step 1's bases made absolute, the candidates, the plan."""
-        if any(layer.budget.stage != "planned" for layer in self._layers):
+        ready = all(layer.budget.stage == "planned" for layer in self._layers)
+        if not all(self._gather(ready)):
             return  # a region has not finished its profile (a layer not called yet): plan at the next step
         start = self._start_bytes[-1]
         for event in list(self._bases):
             if event[0] != "the rest":
                 self._bases[event] += start
         self._candidates()
+        self._bases = self._agree_bases(self._bases)
+        self._agree_candidates()
         self._planned_at = self._steps
         self._replan(None)
+
+    # Note [One step plan for every rank]
+    # Under FSDP2 (or any data-parallel job) every rank runs its own MemoryTarget. Each measures its own events
+    # (what a rank holds differs a little: its batch, its MoE routing) and profiles its own recompute times, so
+    # planning alone, the ranks could choose different plans, and replan at different steps. Planning instead
+    # from one problem for every rank — per event the largest base any rank measured, per candidate the largest
+    # kept bytes of any rank and rank 0's recompute time — gives every rank the same choice (the solver is
+    # deterministic), fitting the rank that holds the most; every later calibration takes the largest again, so
+    # the ranks replan together. Each rank applies the choice to its own regions (budget k/16 of its own off
+    # bytes). Collective (all_gather_object over `group`) at step 2's start and at every later step's start.
+    def _world(self):
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size(self._group) > 1:
+            return dist
+        return None
+
+    def _gather(self, value) -> list:
+        dist = self._world()
+        if dist is None:
+            return [value]
+        everyone = [None] * dist.get_world_size(self._group)
+        dist.all_gather_object(everyone, value, group=self._group)
+        return everyone
+
+    def _agree_bases(self, bases: Dict[Event, int]) -> Dict[Event, int]:
+        merged: Dict[Event, int] = {}
+        for theirs in self._gather(bases):
+            for event, base in theirs.items():
+                merged[event] = max(merged.get(event, base), base)
+        return merged
+
+    def _agree_candidates(self) -> None:
+        everyone = self._gather([layer.candidates for layer in self._layers])
+        if len(everyone) == 1:
+            return
+        for j, layer in enumerate(self._layers):
+            lists = [theirs[j] for theirs in everyone]
+            if len({len(c) for c in lists}) != 1:
+                raise MemoryTargetError(f"hpac: memory target: layer {layer.path} has {[len(c) for c in lists]} "
+                                        "candidate plans on the ranks; every rank must run the same layers")
+            layer.candidates = [(mine[0], max(c[k][1] for c in lists), max(c[k][2] for c in lists), lists[0][k][3],
+                                 mine[4]) for k, mine in enumerate(layer.candidates)]
 
     def _needs_replan(self) -> bool:
         return self._predict()[0] > self.target_bytes
@@ -313,8 +361,9 @@ class MemoryTarget:
                 layer.budget._region.replan(b)
 
     def _floor_error(self, floor: int, what: str) -> MemoryTargetError:
-        params = sum(p.numel() * p.element_size() for p in self.model.parameters())
-        grads = sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad)
+        local = [getattr(p, "_local_tensor", p) for p in self.model.parameters()]  # a DTensor's shard on this rank
+        params = sum(t.numel() * t.element_size() for t in local)
+        grads = sum(t.numel() * t.element_size() for t, p in zip(local, self.model.parameters()) if p.requires_grad)
         start = self._start_bytes[-1]
         return MemoryTargetError(
             f"hpac: memory target {gib(self.target_bytes)} is below this step's floor {gib(floor)} (every layer "
@@ -327,6 +376,15 @@ class MemoryTarget:
     def _say(self, level: str, message: str) -> None:
         if self._log is not None:
             self._log(level, message)
+
+    def watch_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Ends each step's measurement when `optimizer.step()` returns: what runs between it and the next step's
+        forward (another model's step, an evaluation) is then not counted in this step's events. Without it a step
+        ends at the next call of the model. Needs torch >= 2.0 (Optimizer.register_step_post_hook)."""
+        if not hasattr(optimizer, "register_step_post_hook"):
+            raise MemoryTargetError(f"hpac: watch_optimizer needs torch >= 2.0 (Optimizer.register_step_post_hook); "
+                                    f"this is torch {torch.__version__}: the step then ends at the model's next call")
+        optimizer.register_step_post_hook(functools.partial(_TargetCall.step_done, self))
 
     # --- reading ---------------------------------------------------------------------------------------------
     def uniform_plans(self) -> List[Dict[str, Any]]:
@@ -391,6 +449,11 @@ class _TargetCall:
     def backward_mark(target: MemoryTarget, event: Event, grad):
         target._mark(event)
 
+    @staticmethod
+    def step_done(target: MemoryTarget, optimizer, args, kwargs):
+        if target._step is not None:
+            target._mark(None)  # the open event ends; nothing is counted until the next step begins
+
 
 def _hpac_checkpointed(policy, original, *args, **kwargs):
     from ._frame import checkpoint
@@ -398,7 +461,8 @@ def _hpac_checkpointed(policy, original, *args, **kwargs):
 
 
 def fit_memory_target(model: torch.nn.Module, layers: Sequence[torch.nn.Module], target: Union[int, str], *,
-                      cost: str = "measured", log: Optional[Callable[[str, str], None]] = None) -> MemoryTarget:
+                      cost: str = "measured", log: Optional[Callable[[str, str], None]] = None,
+                      optimizer: Optional[torch.optim.Optimizer] = None, group: Any = None) -> MemoryTarget:
     """Fits every training step of `model` into `target` bytes by choosing, per layer of `layers`, what it keeps
     (docs/python.md, "Fit a step into N bytes").
 
@@ -410,6 +474,10 @@ def fit_memory_target(model: torch.nn.Module, layers: Sequence[torch.nn.Module],
             allocator (hpac.track_memory() before the model is built), on CUDA by the caching allocator.
         cost: what recompute time is weighed by: 'measured' or 'estimated' (hpac.budget's cost).
         log: called as log(level, message) with the plan and each step's measurement; default: none.
+        optimizer: the step ends when its step() returns (MemoryTarget.watch_optimizer); default: at the model's
+            next call.
+        group: under torch.distributed, the ranks that plan together (default: the default group; Note [One step
+            plan for every rank]): every rank of it must call the model at every step.
 
     Returns:
         the MemoryTarget (report(), plan, history; remove() undoes it).
@@ -424,4 +492,7 @@ def fit_memory_target(model: torch.nn.Module, layers: Sequence[torch.nn.Module],
             raise TypeError(f"hpac: fit_memory_target: layer {i} is a {type(module).__name__}, not a torch.nn.Module")
         region = make_budget(bytes=0, cost=cost)
         entries.append((f"layer {i}", module, region, functools.partial(_hpac_checkpointed, region)))
-    return MemoryTarget(model, entries, target_bytes, log)
+    fitted = MemoryTarget(model, entries, target_bytes, log, group)
+    if optimizer is not None:
+        fitted.watch_optimizer(optimizer)
+    return fitted

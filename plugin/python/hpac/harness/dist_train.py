@@ -197,7 +197,7 @@ def _load_config(args, rank, world):
     ac = config["activation_checkpoint"]
     if args.modes is None:
         args.modes = ["off", "full", "selective"] + (["budget"] if ac["mode"] == "budget" else [])
-    if "budget" in args.modes and ac["memory_budget"] is None:
+    if "budget" in args.modes and ac["memory_budget"] is None and ac["memory_target"] is None:
         raise ValueError(f"{path}: --modes {','.join(args.modes)}: mode budget needs "
                          "activation_checkpoint.memory_budget in the YAML (a fraction in [0, 1] or bytes)")
     return config, digest
@@ -286,6 +286,8 @@ class _Job:
             model.model.layers[min(1, self.spec["num_layers"] - 1)].mlp.register_forward_hook(
                 _die_hook(self.rank, self.current_step, args.die_step))
         opt = torch.optim.AdamW(model.parameters(), lr=self.train["lr"], weight_decay=0.0)
+        if prep.target is not None:  # the other modes' and the reference's steps between are not this run's
+            prep.target.watch_optimizer(opt)
         return Run(mode, model, prep, opt, tp_partial, expert_params)
 
     def train_step(self, step):
@@ -339,7 +341,7 @@ class _Job:
         run.rows.append(row)
         self._log_row(mode, row)
         run.opt.step()
-        if mode == "budget" and step == 0:
+        if mode == "budget" and step == 0 and run.prep.target is None:  # a target agrees by itself
             self._share_budget_plans(run)
         return named
 
@@ -387,6 +389,8 @@ class _Job:
         exit status."""
         args, train, layout = self.args, self.train, self.layout
         mine = {"rank": self.rank, "budget_plans": self.plans, "modes": {m: r.rows for m, r in self.runs.items()},
+                "memory_target": {m: dict(r.prep.target.report(), uniform=r.prep.target.uniform_plans())
+                                  for m, r in self.runs.items() if r.prep.target is not None},
                 "compiled": bool(train["compile"]), "traced_regions": len(hpac._compile.TRACED),
                 "early_stop": args.early_stop,
                 "expert_placements": {n: repr(getattr(p, "placements", ["(not sharded)"])[0])
