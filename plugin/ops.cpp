@@ -4,6 +4,7 @@
 #include "policy/budget_policy.h"
 #include "policy/policy_kind.h"
 #include "policy/step_plan.h"
+#include "policy/step_target.h"
 #include "policy/traced_policy.h"
 #include "replay/dispatch_key.h"
 #include "replay/explain.h"
@@ -213,6 +214,7 @@ class BudgetRegionHandle : public torch::CustomClassHolder {
     return out;
   }
   void replan(int64_t budget_bytes) { region_->replan(budget_bytes); }
+  const std::shared_ptr<BudgetRegion>& region() const { return region_; }
 
   c10::Dict<std::string, int64_t> status() const {
     const BudgetRegion::Status st = region_->status();
@@ -244,6 +246,119 @@ class BudgetRegionHandle : public torch::CustomClassHolder {
 
  private:
   std::shared_ptr<BudgetRegion> region_;
+};
+
+// A whole-step memory target seen from Python (plugin/python/hpac/_target.py drives it; policy/step_target.h).
+// Layers are added one by one (add_layer: a name and its BudgetRegion), then the first call makes the target.
+class StepTargetHandle : public torch::CustomClassHolder {
+ public:
+  using Messages = std::tuple<std::vector<int64_t>, std::vector<std::string>>;  // (warning 0/1, text) per message
+  using Bases = std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>>;
+  using Candidates = std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
+                                std::vector<double>, std::vector<int64_t>>;
+
+  StepTargetHandle(int64_t target_bytes, int64_t params_bytes, int64_t grads_bytes)
+      : target_bytes_(target_bytes), params_bytes_(params_bytes), grads_bytes_(grads_bytes) {
+    TORCH_CHECK(target_bytes > 0, "hpac memory target: ", target_bytes, " bytes; allowed: > 0");
+  }
+  void addLayer(const std::string& name, const c10::intrusive_ptr<BudgetRegionHandle>& region) {
+    TORCH_CHECK(!target_, "hpac memory target: add_layer after the target started");
+    names_.push_back(name);
+    regions_.push_back(region->region());
+  }
+
+  void record(const std::string& what, int64_t layers_kept, int64_t layer, int64_t peak) {
+    t().record(StepEventKey{what, layers_kept, layer}, peak);
+  }
+  Messages finishStep(int64_t fragmentation) { return messages(t().finishStep(fragmentation)); }
+  void startStep(int64_t live) { t().startStep(live); }
+  bool wantsFirstPlan() { return t().wantsFirstPlan(); }
+  bool regionsReady() { return t().regionsReady(); }
+  void prepareFirstPlan() { t().prepareFirstPlan(); }
+  Messages plan(const std::string& why) { return messages(t().plan(why)); }
+  bool needsReplan() { return t().needsReplan(); }
+  std::string error() { return t().error(); }
+  int64_t plannedAt() { return t().plannedAt(); }
+  std::vector<int64_t> checkpointed() {
+    std::vector<int64_t> out;
+    for (const StepLayerPlan& p : t().layerPlans()) out.push_back(p.checkpointed);
+    return out;
+  }
+  std::string reportJson() { return t().reportJson(); }
+  std::tuple<std::vector<int64_t>, std::vector<double>> uniformPlans() {
+    std::tuple<std::vector<int64_t>, std::vector<double>> out;
+    for (const auto& [peak, micros] : t().uniformPlans()) {
+      std::get<0>(out).push_back(peak);
+      std::get<1>(out).push_back(micros);
+    }
+    return out;
+  }
+  Bases bases() {
+    Bases out;
+    for (const auto& [e, b] : t().bases()) {
+      std::get<0>(out).push_back(e.what);
+      std::get<1>(out).push_back(e.layers_kept);
+      std::get<2>(out).push_back(e.layer);
+      std::get<3>(out).push_back(b);
+    }
+    return out;
+  }
+  void setBases(const std::vector<std::string>& what, const std::vector<int64_t>& kept, const std::vector<int64_t>& layer,
+                const std::vector<int64_t>& bytes) {
+    TORCH_CHECK(what.size() == kept.size() && what.size() == layer.size() && what.size() == bytes.size(),
+                "hpac memory target: set_bases takes four lists of one length");
+    std::map<StepEventKey, int64_t> b;
+    for (size_t i = 0; i < what.size(); ++i) b[StepEventKey{what[i], kept[i], layer[i]}] = bytes[i];
+    t().setBases(std::move(b));
+  }
+  Candidates candidates() {
+    Candidates out;
+    for (const auto& layer : t().candidates()) {
+      std::get<0>(out).push_back(static_cast<int64_t>(layer.size()));
+      for (const StepCandidate& c : layer) {
+        std::get<1>(out).push_back(c.budget_bytes);
+        std::get<2>(out).push_back(c.kept_bytes);
+        std::get<3>(out).push_back(c.backward_bytes);
+        std::get<4>(out).push_back(c.micros);
+        std::get<5>(out).push_back(c.checkpointed);
+      }
+    }
+    return out;
+  }
+  void setCandidates(const std::vector<int64_t>& counts, const std::vector<int64_t>& budget,
+                     const std::vector<int64_t>& kept, const std::vector<int64_t>& backward,
+                     const std::vector<double>& micros, const std::vector<int64_t>& checkpointed) {
+    std::vector<std::vector<StepCandidate>> all;
+    size_t next = 0;
+    for (int64_t n : counts) {
+      TORCH_CHECK(n >= 0 && next + n <= budget.size() && budget.size() == kept.size() && kept.size() == backward.size() &&
+                      kept.size() == micros.size() && kept.size() == checkpointed.size(),
+                  "hpac memory target: set_candidates: counts ask for more candidates than given");
+      all.emplace_back();
+      for (int64_t k = 0; k < n; ++k, ++next) {
+        all.back().push_back(StepCandidate{budget[next], kept[next], backward[next], micros[next], checkpointed[next] != 0});
+      }
+    }
+    t().setCandidates(std::move(all));
+  }
+
+ private:
+  StepTarget& t() {
+    if (!target_) target_ = std::make_unique<StepTarget>(target_bytes_, names_, regions_, params_bytes_, grads_bytes_);
+    return *target_;
+  }
+  static Messages messages(const std::vector<StepMessage>& in) {
+    Messages out;
+    for (const StepMessage& m : in) {
+      std::get<0>(out).push_back(m.warning);
+      std::get<1>(out).push_back(m.text);
+    }
+    return out;
+  }
+  const int64_t target_bytes_, params_bytes_, grads_bytes_;
+  std::vector<std::string> names_;
+  std::vector<std::shared_ptr<BudgetRegion>> regions_;
+  std::unique_ptr<StepTarget> target_;
 };
 
 // One checkpoint region that torch.compile traces (hpac's compiled path,
@@ -478,6 +593,26 @@ void registerClasses(torch::Library& m) {
       .def("plan_text_keeping", &BudgetRegionHandle::planTextKeeping)
       .def("candidates", &BudgetRegionHandle::candidates)
       .def("replan", &BudgetRegionHandle::replan);
+  m.class_<StepTargetHandle>("StepTarget")
+      .def(torch::init<int64_t, int64_t, int64_t>())
+      .def("add_layer", &StepTargetHandle::addLayer)
+      .def("record", &StepTargetHandle::record)
+      .def("finish_step", &StepTargetHandle::finishStep)
+      .def("start_step", &StepTargetHandle::startStep)
+      .def("wants_first_plan", &StepTargetHandle::wantsFirstPlan)
+      .def("regions_ready", &StepTargetHandle::regionsReady)
+      .def("prepare_first_plan", &StepTargetHandle::prepareFirstPlan)
+      .def("plan", &StepTargetHandle::plan)
+      .def("needs_replan", &StepTargetHandle::needsReplan)
+      .def("error", &StepTargetHandle::error)
+      .def("planned_at", &StepTargetHandle::plannedAt)
+      .def("checkpointed", &StepTargetHandle::checkpointed)
+      .def("report_json", &StepTargetHandle::reportJson)
+      .def("uniform_plans", &StepTargetHandle::uniformPlans)
+      .def("bases", &StepTargetHandle::bases)
+      .def("set_bases", &StepTargetHandle::setBases)
+      .def("candidates", &StepTargetHandle::candidates)
+      .def("set_candidates", &StepTargetHandle::setCandidates);
 
   m.class_<TracedPolicyHandle>("TracedPolicy")
       .def(torch::init<std::string, std::vector<std::string>, bool, bool>())

@@ -17,8 +17,9 @@ against its prediction; an event over its prediction raises that event's base (a
 is a warning with the numbers), and the plan is made again for the next step.
 """
 import functools
+import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -29,7 +30,8 @@ from ._wrap import unwrap_checkpoint, wrap_forward
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 _ALLOWED = ("allowed: the most tensor bytes one rank may hold during a step, > 0: an int, or a number with a unit: "
             "B, KiB, MiB or GiB ('70GiB')")
-# Candidate budgets per checkpointed layer: k/_STEPS of what it keeps under off, k = 0.._STEPS.
+# Candidate budgets per checkpointed layer: k/_STEPS of what it keeps under off, k = 0.._STEPS (policy/step_target.h's
+# kStepCandidateSteps).
 _STEPS = 16
 
 
@@ -51,10 +53,6 @@ def parse_bytes(value: Union[int, str], what: str = "memory target") -> int:
     if n <= 0:
         raise MemoryTargetError(f"hpac: {what} {value!r} is not above zero; {_ALLOWED}")
     return n
-
-
-def gib(n: float) -> str:
-    return f"{n / (1 << 30):.3f} GiB" if abs(n) >= 1 << 30 else f"{n / (1 << 20):.2f} MiB"
 
 
 class _Meter:
@@ -113,8 +111,7 @@ class _Layer:
     module: torch.nn.Module
     budget: Budget
     checkpointed_call: Callable[..., Any]  # checkpointed_call(original, *args, **kwargs)
-    plan: LayerPlan = None
-    candidates: List[Tuple[int, int, int, float, bool]] = field(default_factory=list)  # (budget, kept, bwd, µs, ckpt)
+    checkpointed: bool = True  # what the plan says (every layer is, in the profile step)
 
 
 def _first_tensor(values) -> Optional[torch.Tensor]:
@@ -129,61 +126,75 @@ def _first_tensor(values) -> Optional[torch.Tensor]:
 
 
 class MemoryTarget:
-    """A whole-step memory target over `layers` of `model` (made by fit_memory_target or hpac.hf.prepare)."""
+    """A whole-step memory target over `layers` of `model` (made by fit_memory_target or hpac.hf.prepare): the
+    front-end of policy/step_target.h (torch.classes.hpac.StepTarget), which keeps the events, plans and reports.
+    Here: the boundaries (a forward pre-hook on the model, the layers' wrappers, tensor hooks for the backward), the
+    live bytes, and the agreement of several ranks (Note [One step plan for every rank])."""
 
     def __init__(self, model: torch.nn.Module, layers: Sequence[Tuple[str, torch.nn.Module, Budget, Callable]],
                  target_bytes: int, log: Optional[Callable[[str, str], None]] = None, group: Any = None):
         self.target_bytes = target_bytes
-        self._group = group  # Note [One step plan for every rank]
+        self._group = group
         self.model = model
         param = next(model.parameters(), None)
         self._meter = _Meter(param.device if param is not None else torch.device("cpu"))
+        local = [getattr(p, "_local_tensor", p) for p in model.parameters()]  # a DTensor's shard on this rank
+        params = sum(t.numel() * t.element_size() for t in local)
+        grads = sum(t.numel() * t.element_size() for t, p in zip(local, model.parameters()) if p.requires_grad)
+        self._target = torch.classes.hpac.StepTarget(target_bytes, params, grads)
         self._layers = [_Layer(path, module, b, call) for path, module, b, call in layers]
         for i, layer in enumerate(self._layers):
-            layer.plan = LayerPlan(layer.path)
+            self._target.add_layer(layer.path, layer.budget._region)
             wrap_forward(layer.module, functools.partial(_TargetCall.call, _TargetCall(self, i)))
         self._log = log
         self._hook = model.register_forward_pre_hook(self._step_begin)
-        self._bases: Dict[Event, int] = {}      # Note [The step's peak as events]: calibrated base bytes per event
-        self._step: Optional[Dict[Event, int]] = None  # this step's measured peak per event
-        self._event: Optional[Event] = None     # the event open now
-        self._steps = 0
-        self._start_bytes: List[int] = []       # live bytes at each step's start
-        self._planned_at = 0                    # the step whose start made the plan; 0: not planned
-        self.history: List[Dict[str, Any]] = []  # per measured step: predicted and measured peak, what set them
-        self.predicted_bytes = 0
-        self.predicted_event = ""
+        self._event: Optional[Event] = None  # the event open now
         self.error: Optional[MemoryTargetError] = None
 
     # --- measuring -------------------------------------------------------------------------------------------
     def _mark(self, event: Optional[Event]) -> None:
         """Closes the event open now (its peak) and opens `event`."""
-        if self._step is not None and self._event is not None:
-            peak = self._meter.take_peak()
-            self._step[self._event] = max(self._step.get(self._event, 0), peak)
-        else:
-            self._meter.take_peak()
+        peak = self._meter.take_peak()
+        if self._event is not None:
+            self._target.record(self._event[0], self._event[1], self._event[2], peak)
         self._event = event
+
+    def _say(self, messages) -> None:
+        for warning, text in zip(*messages):
+            if self._log is not None:
+                self._log("warning" if warning else "info", text)
 
     def _step_begin(self, module, args) -> None:
         if not torch.is_grad_enabled():
             return
         self._mark(None)
-        if self._step is not None:
-            self._finish_step(self._step)
+        t = self._target
+        self._say(t.finish_step(self._meter.fragmentation()))
         if self.error is not None:
             raise self.error
-        self._start_bytes.append(self._meter.current())
-        self._steps += 1
-        if self._planned_at == 0 and self._steps >= 2:
-            self._plan_first()
-        elif self._planned_at and self._needs_replan():
-            self._replan("a step's measured peak went over its prediction")
-        self._step = {}
+        if t.planned_at():
+            self._agree_bases()
+        t.start_step(self._meter.current())
+        if t.wants_first_plan():
+            if all(self._gather(t.regions_ready())):  # else a layer has not finished its profile: next step
+                t.prepare_first_plan()
+                self._agree_bases()
+                self._agree_candidates()
+                self._plan("")
+        elif t.planned_at() and t.needs_replan():
+            self._plan("a step's measured peak went over its prediction")
         self._mark(("before the layers", 0, -1))
 
+    def _plan(self, why: str) -> None:
+        self._say(self._target.plan(why))
+        for layer, checkpointed in zip(self._layers, self._target.checkpointed()):
+            layer.checkpointed = bool(checkpointed)
+        if self._target.error():
+            self.error = MemoryTargetError(self._target.error())
+            raise self.error
+
     def _layer_begin(self, i: int, args, kwargs) -> None:
-        if self._step is None or not torch.is_grad_enabled():
+        if not torch.is_grad_enabled():
             return
         self._mark((f"forward of layer {i}", i + 1, -1))
         if i == 0:
@@ -192,94 +203,13 @@ class MemoryTarget:
                 x.register_hook(functools.partial(_TargetCall.backward_mark, self, ("the rest", 0, -1)))
 
     def _layer_end(self, i: int, out) -> None:
-        if self._step is None or not torch.is_grad_enabled():
+        if not torch.is_grad_enabled():
             return
         last = i == len(self._layers) - 1
         self._mark(("after the layers" if last else f"after layer {i}", i + 1, -1))
         y = _first_tensor([out])
         if y is not None and y.requires_grad:
             y.register_hook(functools.partial(_TargetCall.backward_mark, self, (f"backward of layer {i}", i, i)))
-
-    def _finish_step(self, measured: Dict[Event, int]) -> None:
-        """Closes a step: its events against the plan it ran (the kept bytes its layers' plans add)."""
-        self._step = None
-        if not measured:
-            return
-        peak_event = max(measured, key=measured.get)
-        row = {"step": self._steps, "measured_bytes": measured[peak_event], "measured_event": peak_event[0],
-               "planned": bool(self._planned_at)}
-        if self._planned_at:
-            row.update(predicted_bytes=self.predicted_bytes, predicted_event=self.predicted_event,
-                       target_bytes=self.target_bytes, fragmentation_bytes=self._meter.fragmentation())
-            measured_peak = measured[peak_event] + row["fragmentation_bytes"]
-            if measured_peak > self.target_bytes:
-                self._say("warning", f"memory target {gib(self.target_bytes)}: step {self._steps} measured "
-                          f"{gib(measured_peak)} at {peak_event[0]} (predicted {gib(self.predicted_bytes)} at "
-                          f"{self.predicted_event}); the plan is tightened for the next step")
-            elif not self.history[-1].get("planned"):  # the first step under the plan
-                self._say("info", f"memory target {gib(self.target_bytes)}: step {self._steps} measured "
-                          f"{gib(measured_peak)} at {peak_event[0]}, predicted {gib(self.predicted_bytes)} at "
-                          f"{self.predicted_event} (slack "
-                          f"{100.0 * (self.target_bytes - measured_peak) / self.target_bytes:.1f}%)")
-        self.history.append(row)
-        for event, peak in measured.items():  # calibrate: a base only ever rises (Note [The step's peak as events])
-            base = peak - self._held(event) + (self._meter.fragmentation() if self._planned_at else 0)
-            if self._planned_at == 0 and event[0] != "the rest":
-                base -= self._start_bytes[-1]  # step 1: relative to its start (the optimizer state comes later)
-            self._bases[event] = max(self._bases.get(event, base), base) if self._planned_at else base
-        if self._planned_at:
-            self._bases = self._agree_bases(self._bases)
-
-    def _held(self, event: Event) -> int:
-        """What the current plan's layers add to `event`."""
-        _, m, own = event
-        held = sum(layer.plan.kept_bytes for layer in self._layers[:m]) if self._planned_at else 0
-        if own >= 0 and self._planned_at:
-            held += self._layers[own].plan.backward_bytes
-        return held
-
-    # --- planning --------------------------------------------------------------------------------------------
-    def _candidates(self) -> None:
-        """Each layer's candidate plans, computed once per layer structure (layers of one shape share them)."""
-        shared: Dict[Any, list] = {}
-        for layer in self._layers:
-            region = layer.budget._region
-            status = region.status()
-            off = max(status["off_bytes"], 0)
-            names, occurrences = region.profile()[:2]
-            key = (tuple(names), tuple(occurrences), off, status["total_bytes"])
-            if key not in shared:
-                budgets = sorted({off * k // _STEPS for k in range(_STEPS + 1)})
-                b, kept, unread, micros = region.candidates(budgets)
-                # Not checkpointed first: off's bytes, no recompute, no checkpoint around it (it wins ties).
-                shared[key] = [(off, off, 0, 0.0, False)]
-                shared[key] += [(b[k], kept[k], unread[k], micros[k], True) for k in range(len(b))]
-            layer.candidates = shared[key]
-            layer.plan.off_bytes = off
-
-    def _solve(self):
-        counts = [len(layer.candidates) for layer in self._layers]
-        flat = [c for layer in self._layers for c in layer.candidates]
-        events = list(self._bases)
-        choice, peak, at, micros, fits, exact, _ = torch.ops.hpac.plan_step(
-            counts, [c[1] for c in flat], [c[2] for c in flat], [float(c[3]) for c in flat],
-            [self._bases[e] for e in events], [e[1] for e in events], [e[2] for e in events], self.target_bytes)
-        return list(choice), peak, events[at][0] if at >= 0 else "", fits
-
-    def _plan_first(self) -> None:
-        """At step 2's start: step 1's bases made absolute, the candidates, the plan."""
-        ready = all(layer.budget.stage == "planned" for layer in self._layers)
-        if not all(self._gather(ready)):
-            return  # a region has not finished its profile (a layer not called yet): plan at the next step
-        start = self._start_bytes[-1]
-        for event in list(self._bases):
-            if event[0] != "the rest":
-                self._bases[event] += start
-        self._candidates()
-        self._bases = self._agree_bases(self._bases)
-        self._agree_candidates()
-        self._planned_at = self._steps
-        self._replan(None)
 
     # Note [One step plan for every rank]
     # Under FSDP2 (or any data-parallel job) every rank runs its own MemoryTarget. Each measures its own events
@@ -304,79 +234,31 @@ class MemoryTarget:
         dist.all_gather_object(everyone, value, group=self._group)
         return everyone
 
-    def _agree_bases(self, bases: Dict[Event, int]) -> Dict[Event, int]:
+    def _agree_bases(self) -> None:
+        if self._world() is None:
+            return
         merged: Dict[Event, int] = {}
-        for theirs in self._gather(bases):
-            for event, base in theirs.items():
-                merged[event] = max(merged.get(event, base), base)
-        return merged
+        for what, kept, layer, base in self._gather([list(x) for x in self._target.bases()]):
+            for event in zip(what, kept, layer, base):
+                merged[event[:3]] = max(merged.get(event[:3], event[3]), event[3])
+        events = list(merged)
+        self._target.set_bases([e[0] for e in events], [e[1] for e in events], [e[2] for e in events],
+                               [merged[e] for e in events])
 
     def _agree_candidates(self) -> None:
-        everyone = self._gather([layer.candidates for layer in self._layers])
-        if len(everyone) == 1:
+        if self._world() is None:
             return
-        for j, layer in enumerate(self._layers):
-            lists = [theirs[j] for theirs in everyone]
-            if len({len(c) for c in lists}) != 1:
-                raise MemoryTargetError(f"hpac: memory target: layer {layer.path} has {[len(c) for c in lists]} "
-                                        "candidate plans on the ranks; every rank must run the same layers")
-            layer.candidates = [(mine[0], max(c[k][1] for c in lists), max(c[k][2] for c in lists), lists[0][k][3],
-                                 mine[4]) for k, mine in enumerate(layer.candidates)]
+        everyone = self._gather([list(x) for x in self._target.candidates()])
+        counts, budget, kept, backward, micros, ckpt = everyone[0]
+        if any(theirs[0] != counts for theirs in everyone):
+            raise MemoryTargetError(f"hpac: memory target: the ranks' layers have {[e[0] for e in everyone]} "
+                                    "candidate plans; every rank must run the same layers")
+        mine = list(self._target.candidates())
+        kept = [max(theirs[2][k] for theirs in everyone) for k in range(len(kept))]
+        backward = [max(theirs[3][k] for theirs in everyone) for k in range(len(backward))]
+        self._target.set_candidates(counts, mine[1], kept, backward, micros, mine[5])
 
-    def _needs_replan(self) -> bool:
-        return self._predict()[0] > self.target_bytes
-
-    def _predict(self) -> Tuple[int, str]:
-        best, what = 0, ""
-        for event, base in self._bases.items():
-            live = base + self._held(event)
-            if live > best:
-                best, what = live, event[0]
-        return best, what
-
-    def _replan(self, why: Optional[str]) -> None:
-        choice, peak, what, fits = self._solve()
-        if not fits:
-            self._apply(choice)  # the floor: everything recomputed
-            self.error = self._floor_error(peak, what)
-            raise self.error
-        self._apply(choice)
-        self.predicted_bytes, self.predicted_event = peak, what
-        off_everywhere = all(not layer.plan.checkpointed for layer in self._layers)
-        ckpt = sum(layer.plan.checkpointed for layer in self._layers)
-        kept = sum(layer.plan.kept_bytes for layer in self._layers)
-        self._say("info", f"memory target {gib(self.target_bytes)}"
-                  f"{'' if why is None else ' (again: ' + why + ')'}: " +
-                  ("no checkpointing is needed: the step without it is predicted at "
-                   f"{gib(peak)} ({what}); every layer runs unwrapped" if off_everywhere else
-                   f"{ckpt} of {len(self._layers)} layers checkpointed, the layers keep {gib(kept)}; predicted "
-                   f"peak {gib(peak)} at {what}, recompute {sum(l.plan.recompute_micros for l in self._layers):.0f} "
-                   "µs per step predicted"))
-
-    def _apply(self, choice: List[int]) -> None:
-        for layer, k in zip(self._layers, choice):
-            b, kept, bwd, micros, ckpt = layer.candidates[k]
-            layer.plan = LayerPlan(layer.path, ckpt, b, kept, bwd, layer.plan.off_bytes, micros)
-            if ckpt:
-                layer.budget._region.replan(b)
-
-    def _floor_error(self, floor: int, what: str) -> MemoryTargetError:
-        local = [getattr(p, "_local_tensor", p) for p in self.model.parameters()]  # a DTensor's shard on this rank
-        params = sum(t.numel() * t.element_size() for t in local)
-        grads = sum(t.numel() * t.element_size() for t, p in zip(local, self.model.parameters()) if p.requires_grad)
-        start = self._start_bytes[-1]
-        return MemoryTargetError(
-            f"hpac: memory target {gib(self.target_bytes)} is below this step's floor {gib(floor)} (every layer "
-            f"recomputed), set by {what}: live at the step's start {gib(start)} (parameters {gib(params)}; optimizer "
-            f"state and the rest {gib(start - params)}), gradients up to {gib(grads)}, and what {what} holds beside "
-            f"them {gib(max(0, floor - start - grads))} (the logits and the loss after the layers; one layer's "
-            "recompute and its gradients in a backward). To lower the floor: shard over more FSDP ranks, a smaller "
-            "micro-batch, a shorter sequence; or name a target of at least the floor")
-
-    def _say(self, level: str, message: str) -> None:
-        if self._log is not None:
-            self._log(level, message)
-
+    # --- reading ---------------------------------------------------------------------------------------------
     def watch_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Ends each step's measurement when `optimizer.step()` returns: what runs between it and the next step's
         forward (another model's step, an evaluation) is then not counted in this step's events. Without it a step
@@ -386,38 +268,31 @@ class MemoryTarget:
                                     f"this is torch {torch.__version__}: the step then ends at the model's next call")
         optimizer.register_step_post_hook(functools.partial(_TargetCall.step_done, self))
 
-    # --- reading ---------------------------------------------------------------------------------------------
-    def uniform_plans(self) -> List[Dict[str, Any]]:
-        """What the model predicts for each plan a user could set by hand, the same for every layer — no checkpoint,
-        or the budget at k/16 of each layer's off bytes — beside the plan made: per plan 'plan' ('off' or the
-        fraction), 'predicted_bytes', 'recompute_micros', 'fits'. Empty before the plan is made."""
-        if not self._planned_at:
-            return []
-        events = list(self._bases)
-        counts = [len(layer.candidates) for layer in self._layers]
-        flat = [c for layer in self._layers for c in layer.candidates]
-        out = []
-        for k in range(min(counts)):  # candidate k of every layer: 0 is unwrapped, k >= 1 the budget (k-1)/16
-            choice = [k] * len(self._layers)
-            peak, _ = torch.ops.hpac.step_peak(
-                counts, [c[1] for c in flat], [c[2] for c in flat], [float(c[3]) for c in flat],
-                [self._bases[e] for e in events], [e[1] for e in events], [e[2] for e in events], choice)
-            micros = sum(layer.candidates[k][3] for layer in self._layers)
-            out.append({"plan": "off" if k == 0 else (k - 1) / _STEPS, "predicted_bytes": peak,
-                        "recompute_micros": micros, "fits": peak <= self.target_bytes})
-        return out
+    def report(self) -> Dict[str, Any]:
+        """{'target_bytes', 'predicted_bytes', 'predicted_event', 'planned_at_step', 'error', 'layers': [per layer:
+        path, checkpointed, budget_bytes, kept_bytes, backward_bytes, off_bytes, recompute_micros], 'events': {what:
+        base bytes}, 'history': [per finished step: measured (and predicted) peak and what set them]}."""
+        return json.loads(self._target.report_json())
 
     @property
     def plan(self) -> List[LayerPlan]:
-        return [layer.plan for layer in self._layers]
+        return [LayerPlan(**layer) for layer in self.report()["layers"]]
 
-    def report(self) -> Dict[str, Any]:
-        """{'target_bytes', 'predicted_bytes', 'predicted_event', 'layers': [LayerPlan as dict], 'events': {what:
-        base bytes}, 'history': [per step: measured (and predicted) peak and what set it]}."""
-        return {"target_bytes": self.target_bytes, "predicted_bytes": self.predicted_bytes,
-                "predicted_event": self.predicted_event, "planned_at_step": self._planned_at,
-                "layers": [vars(p).copy() for p in self.plan],
-                "events": {e[0]: base for e, base in self._bases.items()}, "history": list(self.history)}
+    @property
+    def history(self) -> List[Dict[str, Any]]:
+        return self.report()["history"]
+
+    @property
+    def predicted_bytes(self) -> int:
+        return self.report()["predicted_bytes"]
+
+    def uniform_plans(self) -> List[Dict[str, Any]]:
+        """What the model predicts for each plan a user could set the same for every layer — no checkpoint, or the
+        budget at k/16 of each layer's off bytes — beside the plan made: per plan 'plan' ('off' or the fraction),
+        'predicted_bytes', 'recompute_micros', 'fits'. Empty before the plan is made."""
+        peaks, micros = self._target.uniform_plans()
+        return [{"plan": "off" if k == 0 else (k - 1) / _STEPS, "predicted_bytes": peak, "recompute_micros": us,
+                 "fits": peak <= self.target_bytes} for k, (peak, us) in enumerate(zip(peaks, micros))]
 
     def remove(self) -> None:
         """Unwraps the layers and removes the step hook."""
@@ -438,7 +313,7 @@ class _TargetCall:
         t = self.target
         t._layer_begin(self.index, args, kwargs)
         layer = t._layers[self.index]
-        if layer.plan.checkpointed and torch.is_grad_enabled():
+        if layer.checkpointed and torch.is_grad_enabled():
             out = layer.checkpointed_call(original, *args, **kwargs)
         else:
             out = original(*args, **kwargs)
@@ -451,8 +326,7 @@ class _TargetCall:
 
     @staticmethod
     def step_done(target: MemoryTarget, optimizer, args, kwargs):
-        if target._step is not None:
-            target._mark(None)  # the open event ends; nothing is counted until the next step begins
+        target._mark(None)  # the open event ends; nothing is counted until the next step begins
 
 
 def _hpac_checkpointed(policy, original, *args, **kwargs):

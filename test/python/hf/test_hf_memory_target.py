@@ -129,14 +129,12 @@ def test_a_prediction_that_falls_short_is_warned_and_tightened(reference):
                       log=lambda level, message: messages.append((level, message)))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     t = prep.target
-    plan_first = t._plan_first
 
-    def misled():  # step 2's start plans believing that every event holds 15% of the target less than step 1 did
-        for event in t._bases:
-            t._bases[event] -= int(0.15 * target)
-        plan_first()
+    def misled():  # step 2's plan believes that every event holds 15% of the target less than step 1 measured
+        what, kept, layer, base = t._target.bases()
+        t._target.set_bases(list(what), list(kept), list(layer), [b - int(0.15 * target) for b in base])
 
-    t._plan_first = misled
+    t._agree_candidates = misled  # called between the candidates and the plan
     for step in range(4):
         ids = hm.token_batch(spec["vocab_size"], 4, 128, 1, step)
         loss = model(input_ids=ids, labels=ids).loss

@@ -1,0 +1,302 @@
+#include "policy/step_target.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+namespace hpac {
+
+const char* const kStepRest = "the rest";
+
+std::string formatBytes(int64_t bytes) {
+  char buf[64];
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (int64_t{1} << 30) || bytes <= -(int64_t{1} << 30)) {
+    std::snprintf(buf, sizeof(buf), "%.3f GiB", b / (1 << 30));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.2f MiB", b / (1 << 20));
+  }
+  return buf;
+}
+
+namespace {
+
+std::string percent(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f%%", 100.0 * v);
+  return buf;
+}
+
+std::string jsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+StepTarget::StepTarget(int64_t target_bytes, std::vector<std::string> names,
+                       std::vector<std::shared_ptr<BudgetRegion>> regions, int64_t params_bytes, int64_t grads_bytes)
+    : target_bytes_(target_bytes), regions_(std::move(regions)), params_bytes_(params_bytes),
+      grads_bytes_(grads_bytes) {
+  TORCH_CHECK(target_bytes_ > 0, "hpac memory target: ", target_bytes_, " bytes; allowed: > 0");
+  TORCH_CHECK(!regions_.empty() && names.size() == regions_.size(), "hpac memory target: ", names.size(),
+              " layer names for ", regions_.size(), " regions; allowed: one name per region, at least one");
+  for (std::string& name : names) plans_.push_back(StepLayerPlan{std::move(name)});
+}
+
+void StepTarget::record(const StepEventKey& event, int64_t peak) {
+  if (!open_) return;
+  int64_t& at = measured_[event];
+  at = std::max(at, peak);
+}
+
+int64_t StepTarget::held(const StepEventKey& event) const {
+  if (planned_at_ == 0) return 0;  // the profile step: every layer recomputes everything
+  int64_t held = 0;
+  for (int64_t j = 0; j < event.layers_kept && j < static_cast<int64_t>(plans_.size()); ++j) held += plans_[j].kept_bytes;
+  if (event.layer >= 0 && event.layer < static_cast<int64_t>(plans_.size())) held += plans_[event.layer].backward_bytes;
+  return held;
+}
+
+std::vector<StepMessage> StepTarget::finishStep(int64_t fragmentation_bytes) {
+  std::vector<StepMessage> out;
+  if (!open_) return out;
+  open_ = false;
+  if (measured_.empty()) return out;
+  const auto top = std::max_element(measured_.begin(), measured_.end(),
+                                    [](const auto& a, const auto& b) { return a.second < b.second; });
+  StepRecord row{steps_, top->second, top->first.what, planned_at_ != 0};
+  if (row.planned) {
+    row.predicted_bytes = predicted_bytes_;
+    row.predicted_event = predicted_event_;
+    row.fragmentation_bytes = fragmentation_bytes;
+    const int64_t peak = row.measured_bytes + fragmentation_bytes;
+    const std::string head = "memory target " + formatBytes(target_bytes_) + ": step " + std::to_string(steps_) +
+                             " measured " + formatBytes(peak) + " at " + row.measured_event;
+    if (peak > target_bytes_) {
+      out.push_back({true, head + " (predicted " + formatBytes(predicted_bytes_) + " at " + predicted_event_ +
+                               "); the plan is tightened for the next step"});
+    } else if (!history_.empty() && !history_.back().planned) {  // the first step under the plan
+      out.push_back({false, head + ", predicted " + formatBytes(predicted_bytes_) + " at " + predicted_event_ +
+                                " (slack " +
+                                percent(static_cast<double>(target_bytes_ - peak) / static_cast<double>(target_bytes_)) +
+                                ")"});
+    }
+  }
+  history_.push_back(row);
+  // Calibration (Note [Profile, then absolute bases]): a base only ever rises after the plan.
+  for (const auto& [event, peak] : measured_) {
+    int64_t base = peak - held(event) + (planned_at_ ? fragmentation_bytes : 0);
+    if (planned_at_ == 0) {
+      if (event.what != kStepRest) base -= start_bytes_.back();
+      bases_[event] = base;
+    } else {
+      auto it = bases_.find(event);
+      bases_[event] = it == bases_.end() ? base : std::max(it->second, base);
+    }
+  }
+  measured_.clear();
+  return out;
+}
+
+void StepTarget::startStep(int64_t live_bytes) {
+  start_bytes_.push_back(live_bytes);
+  ++steps_;
+  open_ = true;
+  measured_.clear();
+}
+
+bool StepTarget::regionsReady() const {
+  return std::all_of(regions_.begin(), regions_.end(), [](const std::shared_ptr<BudgetRegion>& r) {
+    return r->status().stage == BudgetRegion::Stage::kPlanned;
+  });
+}
+
+void StepTarget::prepareFirstPlan() {
+  TORCH_CHECK(planned_at_ == 0 && !start_bytes_.empty(), "hpac memory target: prepareFirstPlan after the first plan");
+  for (auto& [event, base] : bases_) {
+    if (event.what != kStepRest) base += start_bytes_.back();
+  }
+  // Layers of one structure (the same op sequence and sizes) share their candidates.
+  std::map<std::tuple<std::vector<std::pair<std::string, int64_t>>, int64_t, int64_t>, size_t> shared;
+  candidates_.assign(regions_.size(), {});
+  for (size_t i = 0; i < regions_.size(); ++i) {
+    const BudgetRegion::Status st = regions_[i]->status();
+    const int64_t off = std::max<int64_t>(st.plan.off_bytes, 0);
+    plans_[i].off_bytes = off;
+    std::vector<std::pair<std::string, int64_t>> ops;
+    for (const ProfiledOp& p : st.profile) ops.emplace_back(p.op, p.occurrence);
+    const auto key = std::make_tuple(std::move(ops), off, st.plan.total_bytes);
+    if (auto it = shared.find(key); it != shared.end()) {
+      candidates_[i] = candidates_[it->second];
+      continue;
+    }
+    shared.emplace(key, i);
+    std::vector<int64_t> budgets;
+    for (int64_t k = 0; k <= kStepCandidateSteps; ++k) budgets.push_back(off * k / kStepCandidateSteps);
+    budgets.erase(std::unique(budgets.begin(), budgets.end()), budgets.end());
+    // Not checkpointed first: off's bytes, no recompute, no checkpoint around it (it wins ties, Note [An exact
+    // step plan]).
+    candidates_[i].push_back(StepCandidate{off, off, 0, 0.0, false});
+    for (const BudgetRegion::Candidate& c : regions_[i]->candidates(budgets)) {
+      candidates_[i].push_back(StepCandidate{c.budget_bytes, c.kept_bytes, c.unread_bytes, c.micros, true});
+    }
+  }
+}
+
+void StepTarget::setCandidates(std::vector<std::vector<StepCandidate>> candidates) {
+  TORCH_CHECK(candidates.size() == regions_.size(), "hpac memory target: candidates for ", candidates.size(),
+              " layers; allowed: ", regions_.size());
+  candidates_ = std::move(candidates);
+}
+
+StepPlan StepTarget::solve(std::vector<StepEvent>* events_out) const {
+  std::vector<std::vector<StepChoice>> layers;
+  for (const auto& cands : candidates_) {
+    layers.emplace_back();
+    for (const StepCandidate& c : cands) layers.back().push_back(StepChoice{c.kept_bytes, c.backward_bytes, c.micros});
+  }
+  std::vector<StepEvent> events;
+  for (const auto& [event, base] : bases_) events.push_back(StepEvent{base, event.layers_kept, event.layer});
+  StepPlan p = planStep(layers, events, target_bytes_);
+  if (events_out) *events_out = std::move(events);
+  return p;
+}
+
+void StepTarget::apply(const std::vector<int64_t>& choice) {
+  for (size_t i = 0; i < choice.size(); ++i) {
+    const StepCandidate& c = candidates_[i][choice[i]];
+    StepLayerPlan& p = plans_[i];
+    p.checkpointed = c.checkpointed;
+    p.budget_bytes = c.budget_bytes;
+    p.kept_bytes = c.kept_bytes;
+    p.backward_bytes = c.backward_bytes;
+    p.micros = c.micros;
+    if (c.checkpointed) regions_[i]->replan(c.budget_bytes);
+  }
+}
+
+std::vector<StepMessage> StepTarget::plan(const std::string& why) {
+  TORCH_CHECK(!candidates_.empty(), "hpac memory target: plan() before prepareFirstPlan()");
+  if (planned_at_ == 0) planned_at_ = steps_;
+  const StepPlan p = solve();
+  const std::string what =
+      p.peak_event >= 0 ? std::next(bases_.begin(), p.peak_event)->first.what : std::string("(no event)");
+  apply(p.choice);
+  if (!p.fits) {
+    error_ = floorError(p.peak_bytes, what);
+    return {};
+  }
+  predicted_bytes_ = p.peak_bytes;
+  predicted_event_ = what;
+  int64_t checkpointed = 0, kept = 0;
+  double micros = 0;
+  for (const StepLayerPlan& l : plans_) {
+    checkpointed += l.checkpointed;
+    kept += l.kept_bytes;
+    micros += l.micros;
+  }
+  std::string text = "memory target " + formatBytes(target_bytes_) + (why.empty() ? "" : " (again: " + why + ")") + ": ";
+  if (checkpointed == 0) {
+    text += "no checkpointing is needed: the step without it is predicted at " + formatBytes(p.peak_bytes) + " (" +
+            what + "); every layer runs unwrapped";
+  } else {
+    char us[32];
+    std::snprintf(us, sizeof(us), "%.0f", micros);
+    text += std::to_string(checkpointed) + " of " + std::to_string(plans_.size()) + " layers checkpointed, the layers keep " +
+            formatBytes(kept) + "; predicted peak " + formatBytes(p.peak_bytes) + " at " + what + ", recompute " + us +
+            " µs per step predicted";
+  }
+  return {StepMessage{false, text}};
+}
+
+std::string StepTarget::floorError(int64_t floor, const std::string& what) const {
+  const int64_t start = start_bytes_.empty() ? 0 : start_bytes_.back();
+  return "hpac: memory target " + formatBytes(target_bytes_) + " is below this step's floor " + formatBytes(floor) +
+         " (every layer recomputed), set by " + what + ": live at the step's start " + formatBytes(start) +
+         " (parameters " + formatBytes(params_bytes_) + "; optimizer state and the rest " +
+         formatBytes(start - params_bytes_) + "), gradients up to " + formatBytes(grads_bytes_) + ", and what " + what +
+         " holds beside them " + formatBytes(std::max<int64_t>(0, floor - start - grads_bytes_)) +
+         " (the logits and the loss after the layers; one layer's recompute and its gradients in a backward). To lower "
+         "the floor: shard over more FSDP ranks, a smaller micro-batch, a shorter sequence; or name a target of at "
+         "least the floor";
+}
+
+std::pair<int64_t, std::string> StepTarget::predict() const {
+  int64_t best = 0;
+  std::string what;
+  for (const auto& [event, base] : bases_) {
+    const int64_t live = base + held(event);
+    if (live > best) {
+      best = live;
+      what = event.what;
+    }
+  }
+  return {best, what};
+}
+
+bool StepTarget::needsReplan() const { return planned_at_ != 0 && predict().first > target_bytes_; }
+
+std::vector<std::pair<int64_t, double>> StepTarget::uniformPlans() const {
+  std::vector<std::pair<int64_t, double>> out;
+  if (planned_at_ == 0 || candidates_.empty()) return out;
+  size_t k_max = candidates_[0].size();
+  for (const auto& c : candidates_) k_max = std::min(k_max, c.size());
+  std::vector<std::vector<StepChoice>> layers;
+  for (const auto& cands : candidates_) {
+    layers.emplace_back();
+    for (const StepCandidate& c : cands) layers.back().push_back(StepChoice{c.kept_bytes, c.backward_bytes, c.micros});
+  }
+  std::vector<StepEvent> events;
+  for (const auto& [event, base] : bases_) events.push_back(StepEvent{base, event.layers_kept, event.layer});
+  for (size_t k = 0; k < k_max; ++k) {
+    std::vector<int64_t> choice(layers.size(), static_cast<int64_t>(k));
+    double micros = 0;
+    for (const auto& cands : candidates_) micros += cands[k].micros;
+    out.emplace_back(stepPeak(layers, events, choice), micros);
+  }
+  return out;
+}
+
+std::string StepTarget::reportJson() const {
+  std::string out = "{\"target_bytes\": " + std::to_string(target_bytes_) + ", \"predicted_bytes\": " +
+                    std::to_string(predicted_bytes_) + ", \"predicted_event\": " + jsonString(predicted_event_) +
+                    ", \"planned_at_step\": " + std::to_string(planned_at_) + ", \"error\": " + jsonString(error_) +
+                    ", \"layers\": [";
+  for (size_t i = 0; i < plans_.size(); ++i) {
+    const StepLayerPlan& p = plans_[i];
+    out += (i ? ", " : "") + std::string("{\"path\": ") + jsonString(p.name) +
+           ", \"checkpointed\": " + (p.checkpointed ? "true" : "false") + ", \"budget_bytes\": " +
+           std::to_string(p.budget_bytes) + ", \"kept_bytes\": " + std::to_string(p.kept_bytes) +
+           ", \"backward_bytes\": " + std::to_string(p.backward_bytes) + ", \"off_bytes\": " +
+           std::to_string(p.off_bytes) + ", \"recompute_micros\": " + std::to_string(p.micros) + "}";
+  }
+  out += "], \"events\": {";
+  bool first = true;
+  for (const auto& [event, base] : bases_) {
+    out += (first ? "" : ", ") + jsonString(event.what) + ": " + std::to_string(base);
+    first = false;
+  }
+  out += "}, \"history\": [";
+  for (size_t i = 0; i < history_.size(); ++i) {
+    const StepRecord& r = history_[i];
+    out += (i ? ", " : "") + std::string("{\"step\": ") + std::to_string(r.step) + ", \"measured_bytes\": " +
+           std::to_string(r.measured_bytes) + ", \"measured_event\": " + jsonString(r.measured_event) +
+           ", \"planned\": " + (r.planned ? "true" : "false");
+    if (r.planned) {
+      out += ", \"predicted_bytes\": " + std::to_string(r.predicted_bytes) + ", \"predicted_event\": " +
+             jsonString(r.predicted_event) + ", \"target_bytes\": " + std::to_string(target_bytes_) +
+             ", \"fragmentation_bytes\": " + std::to_string(r.fragmentation_bytes);
+    }
+    out += "}";
+  }
+  return out + "]}";
+}
+
+}  // namespace hpac

@@ -1,0 +1,161 @@
+// hpac/policy/step_target.h
+//
+// A whole-step memory target over a model's layers: what every front-end
+// (plugin/python/hpac/_target.py for Python and hpac.hf, the C++ Trainer of
+// tools/trainer) shares. The front-end marks the step's boundaries and reads
+// the live bytes; StepTarget keeps the events' bases (Note [The step's peak as
+// events], policy/step_plan.h), calibrates them from every step, makes each
+// layer's candidate plans from its BudgetRegion's profile, chooses one per
+// layer with planStep (Note [An exact step plan]), applies it (a region's
+// replan, or "not checkpointed" for the front-end to honour), and writes the
+// messages and the history both front-ends report.
+//
+// A step's life, as the front-end drives it:
+//   record(event, peak)*          each event's peak, as its boundary passes
+//   finishStep(fragmentation)     at the next step's start: history, messages, calibration
+//   startStep(live bytes)
+//   if wantsFirstPlan(): prepareFirstPlan() when regionsReady(), then plan()
+//   else if needsReplan(): plan("why")
+// A front-end planning with other ranks (Note [One step plan for every rank],
+// _target.py) exchanges bases() / candidates() between those calls.
+//
+// Note [Profile, then absolute bases]
+// Step 1 runs every layer's region in its profile (everything recomputed, so
+// no layer holds bytes of its own: each event's peak is its base). The
+// optimizer's state appears at step 1's end, so those bases are kept relative
+// to step 1's start and made absolute with step 2's start, except "the rest"
+// (the events with no layer kept after the backward: embedding backward,
+// optimizer step), which already holds the state it creates. Later steps'
+// bases are their peaks less what the plan they ran keeps, and only ever rise.
+// Not thread-safe: one training thread.
+#pragma once
+
+#include "policy/budget_policy.h"
+#include "policy/step_plan.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace hpac {
+
+// One event of a step (Note [The step's peak as events]).
+struct StepEventKey {
+  std::string what;         // "forward of layer 2", "after the layers", "backward of layer 0", "the rest", ...
+  int64_t layers_kept = 0;  // layers [0, layers_kept) hold their kept bytes
+  int64_t layer = -1;       // its own layer's backward bytes add
+  bool operator<(const StepEventKey& o) const {
+    return std::tie(layers_kept, layer, what) < std::tie(o.layers_kept, o.layer, o.what);
+  }
+};
+// The event name of the rest of a step: absolute from step 1 on (Note [Profile, then absolute bases]).
+extern const char* const kStepRest;
+
+struct StepCandidate {
+  int64_t budget_bytes = 0;  // the region's budget (checkpointed), or off's bytes (not)
+  int64_t kept_bytes = 0;
+  int64_t backward_bytes = 0;
+  double micros = 0;
+  bool checkpointed = true;
+};
+
+struct StepLayerPlan {
+  std::string name;
+  bool checkpointed = true;
+  int64_t budget_bytes = 0;
+  int64_t kept_bytes = 0;
+  int64_t backward_bytes = 0;
+  int64_t off_bytes = 0;
+  double micros = 0;
+};
+
+struct StepRecord {
+  int64_t step = 0;
+  int64_t measured_bytes = 0;  // the step's largest event (fragmentation not included)
+  std::string measured_event;
+  bool planned = false;
+  int64_t predicted_bytes = 0;
+  std::string predicted_event;
+  int64_t fragmentation_bytes = 0;
+};
+
+struct StepMessage {
+  bool warning = false;
+  std::string text;
+};
+
+// Candidate budgets per checkpointed layer: k / kStepCandidateSteps of its off bytes.
+constexpr int64_t kStepCandidateSteps = 16;
+
+class StepTarget {
+ public:
+  // regions[i]: layer i's budget region (its profile gives the candidates; replan applies a choice).
+  // params_bytes / grads_bytes: named in the floor's error.
+  StepTarget(int64_t target_bytes, std::vector<std::string> names, std::vector<std::shared_ptr<BudgetRegion>> regions,
+             int64_t params_bytes, int64_t grads_bytes);
+
+  int64_t targetBytes() const { return target_bytes_; }
+  int64_t steps() const { return steps_; }
+  int64_t plannedAt() const { return planned_at_; }
+  bool stepOpen() const { return open_; }
+  const std::string& error() const { return error_; }  // non-empty once the target fell below the floor
+
+  // --- a step -------------------------------------------------------------------------------------------------
+  void record(const StepEventKey& event, int64_t peak);
+  std::vector<StepMessage> finishStep(int64_t fragmentation_bytes);
+  void startStep(int64_t live_bytes);
+
+  // --- planning -----------------------------------------------------------------------------------------------
+  bool wantsFirstPlan() const { return planned_at_ == 0 && steps_ >= 2; }
+  bool regionsReady() const;
+  void prepareFirstPlan();  // Note [Profile, then absolute bases]; the candidates
+  // Plans (again, with `why` in the message when non-empty); on a target below the floor sets error() and applies
+  // the floor's plan.
+  std::vector<StepMessage> plan(const std::string& why = "");
+  bool needsReplan() const;
+
+  // --- what the front-ends read and exchange ------------------------------------------------------------------
+  const std::map<StepEventKey, int64_t>& bases() const { return bases_; }
+  void setBases(std::map<StepEventKey, int64_t> bases) { bases_ = std::move(bases); }
+  const std::vector<std::vector<StepCandidate>>& candidates() const { return candidates_; }
+  void setCandidates(std::vector<std::vector<StepCandidate>> candidates);
+  const std::vector<StepLayerPlan>& layerPlans() const { return plans_; }
+  const std::vector<StepRecord>& history() const { return history_; }
+  int64_t predictedBytes() const { return predicted_bytes_; }
+  const std::string& predictedEvent() const { return predicted_event_; }
+  // The prediction (peak, µs) for candidate k of every layer: what a user could set the same for every layer.
+  std::vector<std::pair<int64_t, double>> uniformPlans() const;
+  // The report as JSON text: target, prediction, layers, events, history.
+  std::string reportJson() const;
+
+ private:
+  int64_t held(const StepEventKey& event) const;
+  std::pair<int64_t, std::string> predict() const;
+  StepPlan solve(std::vector<StepEvent>* events_out = nullptr) const;
+  void apply(const std::vector<int64_t>& choice);
+  std::string floorError(int64_t floor, const std::string& what) const;
+
+  const int64_t target_bytes_;
+  std::vector<std::shared_ptr<BudgetRegion>> regions_;
+  const int64_t params_bytes_, grads_bytes_;
+  std::vector<StepLayerPlan> plans_;
+  std::vector<std::vector<StepCandidate>> candidates_;
+  std::map<StepEventKey, int64_t> bases_;
+  std::map<StepEventKey, int64_t> measured_;  // the open step's peaks
+  bool open_ = false;
+  int64_t steps_ = 0;
+  std::vector<int64_t> start_bytes_;
+  int64_t planned_at_ = 0;
+  int64_t predicted_bytes_ = 0;
+  std::string predicted_event_;
+  std::vector<StepRecord> history_;
+  std::string error_;
+};
+
+// "12.34 MiB" / "70.000 GiB".
+std::string formatBytes(int64_t bytes);
+
+}  // namespace hpac
