@@ -147,11 +147,13 @@ TEST(TrainerBudgetConfig, MemoryTargetIsBytesWithModeBudgetAlone) {
   e = parseError("activation_checkpoint:\n  mode: budget\n  memory_target: 8GiB\n  layers: {0: full}\n");
   EXPECT_NE(e.find("'8GiB' plans every layer; allowed only without activation_checkpoint.layers"), std::string::npos)
       << e;
-  // The C++ Trainer does not plan it (yet): a clear refusal naming the key, before anything runs.
-  auto t = Trainer::create(c, *builtinRegistry(), nullptr);
+  // hpac-train plans it on one rank: with parallel ranks or bfloat16, a refusal naming the key, before anything runs.
+  const TrainConfig par = parseOk("parallel: {dp: 2}\nactivation_checkpoint:\n  mode: budget\n  memory_target: 70GiB\n");
+  auto t = Trainer::create(par, *builtinRegistry(), nullptr);
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(std::string(t.status().message()).find("b.yaml:3:18: activation_checkpoint.memory_target '70GiB': "
-                                                   "hpac-train does not plan a whole-step target yet"),
+  EXPECT_NE(std::string(t.status().message()).find("b.yaml:4:18: activation_checkpoint.memory_target '70GiB' with "
+                                                   "parallel (b.yaml:1:11): hpac-train plans a whole-step target on "
+                                                   "one rank"),
             std::string::npos)
       << t.status().message();
 }
@@ -230,6 +232,59 @@ TEST(TrainerBudget, EveryBudgetMatchesOffBitForBit) {
       EXPECT_EQ(b.steps.back().stats.totals.recomputes, 0);
       EXPECT_GT(b.steps.back().stats.totals.held, 0);
     }
+  }
+}
+
+// activation_checkpoint.memory_target in the Trainer (tools/trainer/memory_target.h) on the demo's tiny Qwen3-MoE
+// shapes: a first run under a target no step reaches measures the model's floor and off's peak as the plan predicts
+// them; the second, at a target between the two, keeps every step after the first planned one under it (a step
+// over it warns and the next is replanned), checkpoints some layers, and trains bit for bit as off.
+TrainConfig demoConfig(const std::string& target) {
+  return parseOk(
+      "model: {preset: qwen3_moe_tiny, num_layers: 4, hidden_size: 64, num_attention_heads: 4, num_key_value_heads: 2,\n"
+      "        head_dim: 16, moe_intermediate_size: 64, num_experts: 8, num_experts_per_tok: 2, vocab_size: 512}\n"
+      "train: {seq_len: 256, micro_batch: 4, steps: 6, lr: 1.0e-3, seed: 1234}\n"
+      "activation_checkpoint: {mode: " + (target.empty() ? std::string("off") : "budget, memory_target: " + target) +
+      "}\n");
+}
+
+TEST(TrainerMemoryTarget, HoldsTheTargetAndTrainsAsOff) {
+  constexpr int kTargetSteps = 6;
+  std::vector<StepResult> off;
+  {
+    auto t = Trainer::create(demoConfig(""), *builtinRegistry(), nullptr);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    for (int s = 0; s < kTargetSteps; ++s) off.push_back((*t)->step(s, /*keep_grads=*/true));
+  }
+  int64_t floor = 0, off_peak = 0;
+  {
+    auto t = Trainer::create(demoConfig("64GiB"), *builtinRegistry(), nullptr);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    for (int s = 0; s < 3; ++s) (*t)->step(s);
+    ASSERT_NE((*t)->memoryTarget(), nullptr);
+    const auto uniform = (*t)->memoryTarget()->target().uniformPlans();
+    ASSERT_GE(uniform.size(), 2u);
+    off_peak = uniform[0].first;  // every layer unwrapped
+    floor = uniform[1].first;     // every layer at budget 0
+    for (const StepLayerPlan& p : (*t)->memoryTarget()->target().layerPlans()) EXPECT_FALSE(p.checkpointed);
+  }
+  ASSERT_LT(floor, off_peak);
+  const int64_t target = (floor + off_peak) / 2;
+  auto t = Trainer::create(demoConfig(std::to_string(target) + "B"), *builtinRegistry(), nullptr);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  for (int s = 0; s < kTargetSteps; ++s) {
+    const StepResult r = (*t)->step(s, /*keep_grads=*/true);  // compared and dropped: later steps hold no more bytes
+    EXPECT_TRUE(ScalarMatches(r.loss, off[s].loss)) << "step " << s;
+    EXPECT_TRUE(Matches(r.grads, off[s].grads)) << "step " << s;
+  }
+  const StepTarget& st = (*t)->memoryTarget()->target();
+  const auto& history = st.history();
+  ASSERT_EQ(history.size(), static_cast<size_t>(kTargetSteps - 1));  // the last step closes at the next start
+  int64_t checkpointed = 0;
+  for (const StepLayerPlan& p : st.layerPlans()) checkpointed += p.checkpointed;
+  EXPECT_GT(checkpointed, 0);
+  for (size_t k = 2; k < history.size(); ++k) {  // after the first planned step (history[1]) and its replan
+    EXPECT_LE(history[k].measured_bytes, target) << "step " << history[k].step;
   }
 }
 

@@ -15,6 +15,8 @@ void CheckpointableLayer::setCheckpoint(CheckpointSetting setting) {
               ": whole-layer and submodule checkpointing cannot be combined (checkpoint regions do not nest)");
   TORCH_CHECK(!setting.reentrant || setting.layer == CheckpointMode::kFull, "hpac: layer ", name(),
               ": the reentrant (native) path is full checkpointing only, got mode ", toString(setting.layer));
+  TORCH_CHECK(!setting.target || setting.layer == CheckpointMode::kBudget, "hpac: layer ", name(),
+              ": a memory target plans budget layers only, got mode ", toString(setting.layer));
   TORCH_CHECK((setting.layer == CheckpointMode::kBudget) == (setting.budget != nullptr), "hpac: layer ", name(),
               ": mode budget needs a BudgetRegion and only mode budget takes one (mode ", toString(setting.layer),
               setting.budget ? ", with a region)" : ", no region)");
@@ -77,6 +79,15 @@ std::vector<at::Tensor> CheckpointableLayer::runLayer(const std::vector<at::Tens
                                                       const CheckpointFn& body) {
   // Evaluation or no-grad: nothing to checkpoint (and no invocation to count).
   if (setting_.layer == CheckpointMode::kOff || !is_training() || !at::GradMode::is_enabled()) return body(inputs);
+  if (setting_.target) {  // memory_target: the step's events around the layer, checkpointed as the plan says
+    MemoryTargetFront& t = *setting_.target;
+    t.layerBegin(setting_.target_index, inputs);
+    std::vector<at::Tensor> out = t.checkpointed(setting_.target_index)
+                                      ? checkpoint(body, inputs, options(setting_.layer, setting_.reentrant))
+                                      : body(inputs);
+    t.layerEnd(setting_.target_index, out);
+    return out;
+  }
   return checkpoint(body, inputs, options(setting_.layer, setting_.reentrant));
 }
 

@@ -38,6 +38,7 @@
 #include "replay/checkpoint.h"
 #include "replay/checkpoint_mode.h"
 #include "replay/invocation.h"
+#include "tools/trainer/memory_target.h"
 
 #include <torch/nn/module.h>
 
@@ -65,6 +66,10 @@ struct CheckpointSetting {
   StateWriteRule state_writes = StateWriteRule::kWarn;
   // Mode selective (whole layer or submodule): activation_checkpoint.policy's policy; empty = the built-in rules.
   PolicyFactory selective_policy;
+  // Whole layer, budget only, under activation_checkpoint.memory_target: the step's target and this layer's index
+  // in it (tools/trainer/memory_target.h): it marks the layer's events and says whether the plan checkpoints it.
+  std::shared_ptr<MemoryTargetFront> target;
+  int64_t target_index = -1;
 
   bool enabled() const { return layer != CheckpointMode::kOff || !submodules.empty(); }
 };

@@ -193,7 +193,8 @@ absl::StatusOr<Inputs> loadInputs(const Args& args) {
   if (!config.ok()) return config.status();
   if (args.mode) config->activation_checkpoint.mode = hpac::checkpointModeOrThrow(*args.mode);
   if (auto s = refuseMemoryTarget(*config); !s.ok()) return s;
-  if (config->activation_checkpoint.usesBudget() && !config->activation_checkpoint.memory_budget) {
+  if (config->activation_checkpoint.usesBudget() && !config->activation_checkpoint.memory_budget &&
+      !config->activation_checkpoint.memory_target) {
     return absl::InvalidArgumentError(absl::StrCat("--mode budget needs activation_checkpoint.memory_budget in ",
                                                    args.config_path,
                                                    " (a fraction in [0, 1], or bytes with a unit such as 64MiB)"));

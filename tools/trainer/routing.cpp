@@ -87,7 +87,9 @@ CheckpointSetting settingOf(const LayerPlan& plan, const ActivationCheckpointSpe
   s.reentrant = plan.native;
   // One region per layer: each layer profiles and plans its own forward (MoE routing differs per layer).
   if (plan.layer == CheckpointMode::kBudget) {
-    s.budget = std::make_shared<BudgetRegion>(budgetSpec(*ac.memory_budget, ac.cost));
+    // memory_target: each region starts at budget 0 (its profile recomputes everything); the target replans it.
+    s.budget = std::make_shared<BudgetRegion>(
+        budgetSpec(ac.memory_budget ? *ac.memory_budget : MemoryBudget{-1, 0}, ac.cost));
   }
   for (const std::string& name : plan.submodules) s.submodules[name] = CheckpointMode::kFull;
   return s;

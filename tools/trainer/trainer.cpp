@@ -57,11 +57,59 @@ at::Tensor tokenBatch(const TrainConfig& config, int64_t step) {
 absl::Status refuseMemoryTarget(const TrainConfig& config) {
   const auto& t = config.activation_checkpoint.memory_target;
   if (!t) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrCat(
-      t->where, ": activation_checkpoint.memory_target '", t->text, "': hpac-train does not plan a whole-step target "
-      "yet; hpac.hf.prepare and hpac.fit_memory_target do (docs/python.md, \"Fit a step into N bytes\"). For "
-      "hpac-train give activation_checkpoint.memory_budget (each layer's share) instead"));
+  if (config.parallel.distributed()) {
+    return absl::UnimplementedError(absl::StrCat(
+        t->where, ": activation_checkpoint.memory_target '", t->text, "' with parallel (", config.parallel.where,
+        "): hpac-train plans a whole-step target on one rank; several ranks plan together through hpac.hf.prepare "
+        "(docs/python.md, \"Fit a step into N bytes\"); allowed here: no parallel section, or memory_budget"));
+  }
+  if (config.train.dtype == "bfloat16") {
+    return absl::UnimplementedError(absl::StrCat(
+        t->where, ": activation_checkpoint.memory_target '", t->text, "' with train.dtype: bfloat16: the target reads "
+        "hpac's tracking allocator, which bfloat16 runs without; allowed: train.dtype: float32"));
+  }
+  return absl::OkStatus();
 }
+
+namespace {
+
+// activation_checkpoint.memory_target: every budget layer planned together (tools/trainer/memory_target.h).
+std::shared_ptr<MemoryTargetFront> makeTarget(const TrainConfig& config, Preparation& prep, ZooModel& model,
+                                              const LogFn& log) {
+  const auto& t = config.activation_checkpoint.memory_target;
+  std::vector<std::string> names;
+  std::vector<std::shared_ptr<BudgetRegion>> regions;
+  for (const PreparedLayer& p : prep.layers) {
+    if (!p.setting.budget) continue;
+    names.push_back(p.layer.path);
+    regions.push_back(p.setting.budget);
+  }
+  if (!t || regions.empty()) return nullptr;
+  int64_t params = 0, grads = 0;
+  for (const at::Tensor& p : model.parameters()) {
+    params += static_cast<int64_t>(p.nbytes());
+    if (p.requires_grad()) grads += static_cast<int64_t>(p.nbytes());
+  }
+  auto front = std::make_shared<MemoryTargetFront>(
+      std::make_unique<StepTarget>(t->bytes, names, regions, params, grads),
+      [log](bool warning, const std::string& message) {
+        if (log) log(warning ? LogLevel::kWarning : LogLevel::kInfo, message);
+      });
+  int64_t index = 0;
+  for (PreparedLayer& p : prep.layers) {
+    if (!p.setting.budget) continue;
+    p.setting.target = front;
+    p.setting.target_index = index++;
+    p.layer.checkpointable->setCheckpoint(p.setting);
+  }
+  if (log) {
+    log(LogLevel::kInfo, absl::StrCat("memory target ", t->text, ": step 1 profiles every layer (all recomputed), the "
+                                      "plan for the whole step is made at step 2's start"));
+  }
+  return front;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& config, const ModelRegistry& registry,
                                                          const LogFn& log, std::shared_ptr<ParallelRuntime> parallel) {
@@ -98,6 +146,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const TrainConfig& conf
   auto prep = prepareModel(*t->model_, config, registry, log);
   if (!prep.ok()) return prep.status();
   t->preparation_ = *std::move(prep);
+  try {
+    t->target_ = makeTarget(config, t->preparation_, *t->model_, log);
+  } catch (const c10::Error& e) {
+    return absl::FailedPreconditionError(e.what_without_backtrace());
+  }
   // Gradients allocated once up front, so every step (and every mode) starts
   // from the same resident set and peak bytes measure the step's own tensors.
   for (at::Tensor& p : t->model_->parameters()) p.mutable_grad() = at::zeros_like(p);
@@ -126,6 +179,7 @@ StepResult Trainer::step(int64_t index, bool keep_grads) {
     if (p.grad().defined()) p.mutable_grad().zero_();
   }
   at::manual_seed(static_cast<uint64_t>(config_.train.seed) + static_cast<uint64_t>(index));
+  if (target_) target_->stepBegin();  // may throw the floor's error: nothing of the step has run
   const auto start = std::chrono::steady_clock::now();
   const int64_t before = tracker ? tracker->currentBytes() : 0;
   if (tracker) tracker->resetPeak();
@@ -146,6 +200,7 @@ StepResult Trainer::step(int64_t index, bool keep_grads) {
   }
   if (timeline_ != nullptr) timeline_->mark("optimizer");
   optimizer_->step();
+  if (target_) target_->stepDone();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (parallel_) {
     const dist::CollectiveCounts& c = parallel_->counts;

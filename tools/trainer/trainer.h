@@ -55,8 +55,8 @@ struct StepResult {
   StepCollectives collectives;          // parallel runs only
 };
 
-// activation_checkpoint.memory_target is planned by hpac.hf (plugin/python/hpac/_target.py), not yet by the
-// Trainer: Unimplemented naming the key's file:line:col and what to give instead.
+// activation_checkpoint.memory_target: the Trainer plans it on one rank in float32 (tools/trainer/memory_target.h);
+// Unimplemented naming the key's file:line:col and what to give instead with parallel ranks or bfloat16.
 absl::Status refuseMemoryTarget(const TrainConfig& config);
 
 class Trainer {
@@ -82,6 +82,8 @@ class Trainer {
   torch::optim::AdamW& optimizer() { return *optimizer_; }
   const Preparation& preparation() const { return preparation_; }
   const TrainConfig& config() const { return config_; }
+  // activation_checkpoint.memory_target's front-end (its StepTarget: plan, history, report), else null.
+  const MemoryTargetFront* memoryTarget() const { return target_.get(); }
   const ParallelRuntime* parallel() const { return parallel_.get(); }
 
  private:
@@ -89,6 +91,7 @@ class Trainer {
   TrainConfig config_;
   std::shared_ptr<ParallelRuntime> parallel_;
   bool track_memory_ = true;
+  std::shared_ptr<MemoryTargetFront> target_;  // activation_checkpoint.memory_target, else null
   TimelineCapture* timeline_ = nullptr;
   std::shared_ptr<ZooModel> model_;
   Preparation preparation_;

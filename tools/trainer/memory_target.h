@@ -1,0 +1,56 @@
+// hpac/tools/trainer/memory_target.h
+//
+// activation_checkpoint.memory_target in the C++ Trainer: the front-end of
+// StepTarget (policy/step_target.h), as plugin/python/hpac/_target.py is
+// Python's. It marks the step's boundaries — Trainer::step's start and the
+// optimizer step's end, each target layer's runLayer, and tensor hooks that
+// fire when a layer output's gradient arrives (that layer's backward starts)
+// or the first layer input's (the layers' backward ended) — reads the tracking
+// allocator's live bytes and its event peak (TrackingAllocator::takeEventPeak),
+// and switches each layer between its budget region and no checkpoint as the
+// plan says. One rank (the parallel Trainer refuses it: hpac.hf plans several
+// ranks together). Not thread-safe: the training thread only.
+#pragma once
+
+#include "policy/step_target.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hpac::trainer {
+
+class MemoryTargetFront : public std::enable_shared_from_this<MemoryTargetFront> {
+ public:
+  using Log = std::function<void(bool warning, const std::string& message)>;
+  MemoryTargetFront(std::unique_ptr<StepTarget> target, Log log);
+
+  // Before a step's forward: closes the last step, plans or replans. Throws c10::Error with the floor's message
+  // when the target is below it (nothing of the step has run), again at every later step.
+  void stepBegin();
+  // After the optimizer step: what runs before the next step is not counted.
+  void stepDone();
+  // Around target layer i's forward (CheckpointableLayer::runLayer).
+  void layerBegin(int64_t i, const std::vector<at::Tensor>& inputs);
+  void layerEnd(int64_t i, const std::vector<at::Tensor>& outputs);
+  // Whether the plan checkpoints layer i (every layer does in the profile step).
+  bool checkpointed(int64_t i) const;
+
+  const StepTarget& target() const { return *target_; }
+
+ private:
+  void mark(std::optional<StepEventKey> next);
+  void say(const std::vector<StepMessage>& messages) const;
+  void hookBackward(const at::Tensor& t, StepEventKey event);
+
+  std::unique_ptr<StepTarget> target_;
+  Log log_;
+  std::optional<StepEventKey> open_;
+  int64_t layers_ = 0;
+};
+
+}  // namespace hpac::trainer
