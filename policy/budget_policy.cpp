@@ -352,12 +352,17 @@ std::vector<BudgetRegion::Candidate> BudgetRegion::candidates(const std::vector<
     Candidate c{budget, plan.kept_bytes, 0, plan.recompute_micros};
     if (c.micros < 0) c.micros = plan.total_micros - plan.saved_micros - plan.skipped_micros;
     std::unordered_set<int64_t> counted;
+    int64_t scratch = 0;  // Note [Skipped outputs share one buffer] (replay/dead_ops.cpp): the largest skipped return
     for (size_t i = 0; i < profile_.size(); ++i) {
+      if (!plan.skip.empty() && plan.skip[i]) {
+        for (const auto& storage : profile_[i].storages) scratch = std::max(scratch, storage.second);
+      }
       if (!plan.save[i] || profile_[i].view) continue;
       for (const auto& [id, bytes] : profile_[i].storages) {
         if (autograd_saved_ && !saved.count(id) && counted.insert(id).second) c.unread_bytes += bytes;
       }
     }
+    c.unread_bytes += scratch;
     out.push_back(c);
   }
   return out;

@@ -104,7 +104,9 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
   struct Candidate {
     int64_t budget_bytes = 0;
     int64_t kept_bytes = 0;
-    int64_t unread_bytes = 0;  // of kept_bytes, storages autograd does not save (held through the backward too)
+    // What the plan adds to its own backward: kept storages autograd does not save (held through it), and the
+    // scratch buffer its skipped ops' returns lie over (Note [Skipped outputs share one buffer]).
+    int64_t unread_bytes = 0;
     double micros = 0;         // predicted recompute time (BudgetPlan::recompute_micros, else the kernels run)
   };
   std::vector<Candidate> candidates(const std::vector<int64_t>& budgets) const;
