@@ -18,6 +18,10 @@ recorded in OUT/gpu_check.json whether it passed or raised.
   planner       hpac.budget(f, cost="measured") (device-timed profile) and cost="estimated" (flops and bytes on the
                 device's roofline) on the same model: each plan's kept bytes and ops, the profile's measured against
                 estimated microseconds, peak and step time.
+  memory_target hpac.fit_memory_target on the same model's decoder layers (AdamW, absolute step peaks of the CUDA
+                caching allocator, its fragmentation counted): off's and full's measured step peaks, then targets
+                between them: predicted and measured peak, slack, the plan; every planned step under its target
+                after the first, loss bit for bit with off.
 
     python bench/gpu_check.py --out gpu-check [--device cuda] [--dtype bfloat16]
     python bench/gpu_check.py --dry-run --out /tmp/x     # device cpu, tiny shapes: every section end to end
@@ -45,7 +49,7 @@ sys.path.insert(0, HERE)
 import hpac  # noqa: E402
 import target_shapes as ts  # noqa: E402
 
-SECTIONS = ("core", "target_shapes", "sac_peer", "planner")
+SECTIONS = ("core", "target_shapes", "sac_peer", "planner", "memory_target")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -308,6 +312,56 @@ def planner(a, log):
     if stuck:
         raise AssertionError(f"budgets that did not plan: {stuck}")
     return result
+
+
+def _target_steps(a, mode, target=None, steps=4):
+    """Step peaks (absolute, the step's own device) of one fresh target-shaped model under `mode`, with its losses
+    and, for a target, the MemoryTarget's report."""
+    memory = ts.Memory(a.device)  # on CPU: hpac's tracker before the model is built (the target counts absolute bytes)
+    model, ids = target_model(a, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    fitted = None
+    if mode == "full":
+        for layer in model.model.layers:
+            hpac.checkpoint_wrapper(layer, "full")
+    elif mode == "target":
+        fitted = hpac.fit_memory_target(model, model.model.layers, target, optimizer=opt)
+    peaks, losses = [], []
+    for _ in range(steps):
+        gc.collect()
+        memory.sync()
+        memory.reset_peak()
+        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        memory.sync()
+        peaks.append(memory.peak())
+        losses.append(loss.item())
+    report = fitted.report() if fitted else None
+    del model, opt, fitted
+    gc.collect()
+    return peaks, losses, report
+
+
+def memory_target(a, log):
+    off, off_losses, _ = _target_steps(a, "off")
+    full, _, _ = _target_steps(a, "full")
+    lo, hi = max(full), max(off)
+    rows = []
+    for share in (0.25, 0.5, 0.75):
+        target = int(lo + share * (hi - lo))
+        peaks, losses, report = _target_steps(a, "target", target)
+        planned = [h for h in report["history"] if h["planned"]]
+        rows.append({"target_bytes": target, "step_peaks": peaks, "history": report["history"],
+                     "layers": report["layers"], "losses_equal_off": losses == off_losses})
+        log(f"memory_target {target / 2**20:.1f} MiB: measured {[p / 2**20 for p in peaks]} MiB")
+        if not rows[-1]["losses_equal_off"]:
+            raise AssertionError(f"target {target}: losses {losses} differ from off's {off_losses}")
+        over = [h for h in planned[1:] if h["measured_bytes"] + h["fragmentation_bytes"] > target]
+        if over:
+            raise AssertionError(f"target {target}: planned steps over it after the first: {over}")
+    return {"off_peak_bytes": hi, "full_peak_bytes": lo, "rows": rows}
 
 
 # ---- driver ----------------------------------------------------------------------------------------------------------

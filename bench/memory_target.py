@@ -11,8 +11,14 @@ interleaved: the target measures absolute bytes, which another live model would 
 for bit. Per target: the plan's predicted peak and the measured one, slack (target - measured) / target, the fastest
 fixed mode whose measured peak fits the same target, and the step-time ratio.
 
+--shapes 30b: the same at Qwen3-30B-A3B's layer shapes (bench/target_shapes.py's model: hidden 2048, 32/4 heads,
+top-8 of --experts experts of width 768, vocabulary --vocab), --layers layers, --batch x --seq tokens, fp32.
+
     GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296 \\
       .venv/bin/python bench/memory_target.py [--targets 6] [--steps 5] [--warmup 2]
+    .venv/bin/python bench/memory_target.py --plot bench/results/memory_target.json docs/results_memory_target.svg
+    ... bench/memory_target.py --shapes 30b --layers 2 --batch 3 --seq 1024 --steps 1 --targets 4 \\
+      --out bench/results/memory_target_30b_2.json
 """
 import argparse
 import gc
@@ -47,11 +53,41 @@ def _config(base, mode):
     return dict(base, activation_checkpoint=ac)
 
 
-def run(base, mode, warmup, steps):
+def _memtracker_step(model, opt, spec, train, step):
+    """One more step under PyTorch's MemTracker (torch.distributed._tools.mem_tracker): its whole-step peak beside
+    hpac's tracking allocator's peak of the same step (MemTracker sees the tensors made through its dispatch mode;
+    what hpac's fallback keeps below it, it does not)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+    ids = hm.token_batch(spec["vocab_size"], train["micro_batch"], train["seq_len"], train["seed"], step)
+    tracker = MemTracker()
+    tracker.track_external(model, opt)
+    gc.collect()
+    hpac.reset_peak_memory()
+    with tracker:
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    peaks = tracker.get_tracker_snapshot("peak")
+    total = sum(v.get("Total", 0) for v in peaks.values())
+    return {"memtracker_peak_bytes": total, "hpac_peak_bytes": hpac.memory_stats()["peak_bytes"]}
+
+
+def _memtracker_child(mode, args):
+    """The MemTracker step of `mode` in a fresh process (this script with --memtracker-one)."""
+    import subprocess
+    argv = [sys.executable, os.path.abspath(__file__), "--memtracker-one", mode, "--warmup", str(args.warmup + 1),
+            "--shapes", args.shapes, "--layers", str(args.layers), "--batch", str(args.batch), "--seq", str(args.seq),
+            "--experts", str(args.experts), "--vocab", str(args.vocab), "--threads", str(args.threads)]
+    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def run(base, mode, warmup, steps, with_memtracker=False):
     """One mode's run: per measured step (peak bytes, thread seconds, loss), and the MemoryTarget's report."""
     spec, train = base["model"], base["train"]
     gc.collect()
-    model = hm.qwen3_moe_model(spec, train["seed"])
+    model = hm.qwen3_moe_model(spec, train["seed"], max_position_embeddings=max(4096, train["seq_len"]))
     model.train()
     prep = hf.prepare(model, _config(base, mode), log=lambda level, message: None)
     opt = torch.optim.AdamW(model.parameters(), lr=train["lr"])
@@ -70,38 +106,71 @@ def run(base, mode, warmup, steps):
         gc.enable()
         rows.append({"peak_bytes": hpac.memory_stats()["peak_bytes"], "thread_s": seconds, "loss": loss.item()})
         del loss
+    memtracker = _memtracker_step(model, opt, spec, train, warmup + steps) if with_memtracker else None
     report = None
     if prep.target is not None:
         report = prep.target.report()
     del model, opt, prep
     gc.collect()
-    measured = rows[warmup:]
+    measured = rows[warmup:] or rows[-1:]
     return {"mode": mode, "steps": measured, "peak_bytes": max(r["peak_bytes"] for r in measured),
             "median_thread_s": statistics.median(r["thread_s"] for r in measured),
-            "losses": [r["loss"] for r in rows], "target": report}
+            "losses": [r["loss"] for r in rows], "target": report, "memtracker": memtracker}
 
 
 def main():
+    if sys.argv[1:2] == ["--plot"]:  # --plot JSON SVG
+        from memory_target_report import plot
+        with open(sys.argv[2]) as f:
+            plot(json.load(f), sys.argv[3])
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--targets", type=int, default=6)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "memory_target.json"))
+    ap.add_argument("--shapes", choices=("main", "30b"), default="main")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=3)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--experts", type=int, default=8)
+    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--fixed", default=",".join(FIXED), help="the fixed modes beside the targets (off and full first)")
+    ap.add_argument("--memtracker", action="store_true", help="per run, one more step under PyTorch's MemTracker, in "
+                    "a process of its own (MemTracker leaves tensors alive that would count in the next run)")
+    ap.add_argument("--memtracker-one", default=None, help=argparse.SUPPRESS)  # a child: one mode, JSON on stdout
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     hpac.track_memory()
     base = hf.load_config(CONFIG)
+    if args.shapes == "30b":
+        import transformers
+        transformers.logging.set_verbosity_error()
+        text = (f"model: {{preset: qwen3_moe_30b_a3b, num_layers: {args.layers}, num_experts: {args.experts}, "
+                f"vocab_size: {args.vocab}}}\ntrain: {{seq_len: {args.seq}, micro_batch: {args.batch}, "
+                "lr: 1.0e-3, seed: 1234}\n")
+        shaped = hf.parse_config(text, "memory_target_30b.yaml")
+        base = dict(base, model=shaped["model"], train=dict(base["train"], **{k: shaped["train"][k] for k in
+                                                                             ("seq_len", "micro_batch")}))
     started = time.perf_counter()
     log = lambda msg: print(f"[memory_target {time.perf_counter() - started:.0f}s] {msg}", flush=True)
     fixed = {}
-    for mode in FIXED:
+    if args.memtracker_one:
+        print(json.dumps(run(base, args.memtracker_one, args.warmup, 0, True)["memtracker"]))
+        return
+    for mode in args.fixed.split(","):
         fixed[mode] = run(base, mode, args.warmup, args.steps)
+        if args.memtracker:
+            fixed[mode]["memtracker"] = _memtracker_child(mode, args)
         log(f"{mode}: peak {fixed[mode]['peak_bytes'] / 2**20:.2f} MiB, {fixed[mode]['median_thread_s'] * 1e3:.0f} ms")
     lo, hi = fixed["full"]["peak_bytes"], fixed["off"]["peak_bytes"]
     targets = [int(lo + (hi - lo) * k / (args.targets + 1)) for k in range(1, args.targets + 1)]
     sweep = []
     for target in targets:
         r = run(base, f"target:{target}", args.warmup, args.steps)
+        if args.memtracker:
+            r["memtracker"] = _memtracker_child(f"target:{target}", args)
         planned = [h for h in r["target"]["history"] if h["planned"]]
         fits = [m for m, f in fixed.items() if f["peak_bytes"] <= target]
         best = min(fits, key=lambda m: fixed[m]["median_thread_s"]) if fits else None
@@ -113,13 +182,15 @@ def main():
                "median_thread_s": r["median_thread_s"], "layers": r["target"]["layers"],
                "losses_equal_off": r["losses"] == fixed["off"]["losses"], "fastest_fixed": best,
                "fastest_fixed_thread_s": fixed[best]["median_thread_s"] if best else None,
-               "steps": r["steps"]}
+               "steps": r["steps"], "memtracker": r["memtracker"]}
         sweep.append(row)
         log(f"target {target / 2**20:.2f} MiB: measured {row['measured_bytes'] / 2**20:.2f}, predicted "
             f"{row['predicted_bytes'] / 2**20:.2f}, slack {100 * row['slack']:.1f}%, "
             f"{row['median_thread_s'] * 1e3:.0f} ms vs {best} {row['fastest_fixed_thread_s'] * 1e3 if best else 0:.0f} ms")
     data = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
             "glibc_tunables": os.environ.get("GLIBC_TUNABLES"), "config": os.path.relpath(CONFIG, ROOT),
+            "shapes": args.shapes, "model": base["model"], "seq": base["train"]["seq_len"],
+            "batch": base["train"]["micro_batch"],
             "warmup": args.warmup, "steps": args.steps, "wall_s": time.perf_counter() - started,
             "load_average_at_end": os.getloadavg()[0],
             "fixed": {m: {k: v for k, v in f.items() if k != "target"} for m, f in fixed.items()},

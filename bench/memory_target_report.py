@@ -11,6 +11,49 @@ def _plan(layers):
     return " ".join(f"{l['kept_bytes'] / 2**20:.2f}" if l["checkpointed"] else "off" for l in layers)
 
 
+def _memtracker(row):
+    m = row.get("memtracker")
+    if not m:
+        return "n/a"
+    return f"{100 * (m['memtracker_peak_bytes'] - m['hpac_peak_bytes']) / m['hpac_peak_bytes']:+.2f}%"
+
+
+def plot(d, path):
+    """docs/results_memory_target.svg: per target, the measured and predicted step peak against the target line,
+    and the fixed modes' measured peaks as a scale on the right (bench/memory_target.py --plot)."""
+    sweep, fixed = d["sweep"], d["fixed"]
+    values = [s["target_bytes"] for s in sweep] + [s["measured_bytes"] for s in sweep] + \
+        [f["peak_bytes"] for f in fixed.values()]
+    lo, hi = min(values) * 0.95 / 2**20, max(values) * 1.03 / 2**20
+    w, h, x0, y0 = 460, 300, 70, 30
+    sx = lambda v: x0 + (v / 2**20 - lo) / (hi - lo) * w
+    sy = lambda v: y0 + h - (v / 2**20 - lo) / (hi - lo) * h
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{x0 + w + 200}" height="{y0 + h + 70}" '
+           'font-family="sans-serif" font-size="11">', f'<rect width="{x0 + w + 200}" height="{y0 + h + 70}" '
+           'fill="white"/>', f'<line x1="{sx(lo * 2**20)}" y1="{sy(lo * 2**20)}" x2="{sx(hi * 2**20)}" '
+           f'y2="{sy(hi * 2**20)}" stroke="#999" stroke-dasharray="4 3"/>',
+           f'<rect x="{x0}" y="{y0}" width="{w}" height="{h}" fill="none" stroke="#333"/>']
+    for k in range(5):
+        v = lo + (hi - lo) * k / 4
+        out.append(f'<text x="{x0 - 6}" y="{sy(v * 2**20) + 4}" text-anchor="end">{v:.0f}</text>')
+        out.append(f'<text x="{sx(v * 2**20)}" y="{y0 + h + 16}" text-anchor="middle">{v:.0f}</text>')
+    for s in sweep:
+        x = sx(s["target_bytes"])
+        out.append(f'<circle cx="{x}" cy="{sy(s["measured_bytes"])}" r="4" fill="#1f77b4"/>')
+        out.append(f'<path d="M{x - 4},{sy(s["predicted_bytes"])} h8" stroke="#d62728" stroke-width="2"/>')
+    for name, f in fixed.items():
+        y = sy(f["peak_bytes"])
+        out.append(f'<line x1="{x0 + w}" y1="{y}" x2="{x0 + w + 8}" y2="{y}" stroke="#2ca02c"/>')
+        out.append(f'<text x="{x0 + w + 11}" y="{y + 4}" fill="#2ca02c" font-size="9">{name}</text>')
+    out += [f'<text x="{x0 + w / 2}" y="{y0 + h + 34}" text-anchor="middle">target (MiB)</text>',
+            f'<text x="14" y="{y0 + h / 2}" transform="rotate(-90 14 {y0 + h / 2})" text-anchor="middle">step peak '
+            '(MiB)</text>',
+            f'<text x="{x0}" y="18">measured peak (dots), predicted (red dashes), the target (grey diagonal); '
+            'fixed modes\' measured peaks (right)</text>', "</svg>"]
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
 def memory_target(r):
     """The target sweep on the main job: per target the plan, predicted and measured peak, slack, step time beside
     the fastest fixed mode that fits."""
@@ -25,14 +68,15 @@ def memory_target(r):
            "Fixed modes: " + ", ".join(f"{m} {_mib(f['peak_bytes'])} / {f['median_thread_s'] * 1e3:.0f} ms"
                                       for m, f in fixed.items()) + ".", "",
            "| target | plan (MiB kept per layer, off: unwrapped) | predicted peak (event) | measured peak (event) | "
-           "slack | prediction error | step time | fastest fixed mode that fits | its time | ratio | loss = off |",
-           "|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---|"]
+           "slack | prediction error | MemTracker's error | step time | fastest fixed mode that fits | its time | "
+           "ratio | loss = off |",
+           "|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]
     for s in d["sweep"]:
         best = s["fastest_fixed"]
         ratio = f"{s['median_thread_s'] / s['fastest_fixed_thread_s']:.2f}×" if best else "n/a"
         out.append(f"| {_mib(s['target_bytes'])} | {_plan(s['layers'])} | {_mib(s['predicted_bytes'])} "
                    f"({s['predicted_event']}) | {_mib(s['measured_bytes'])} ({s['measured_event']}) | "
-                   f"{100 * s['slack']:.1f}% | {100 * s['prediction_error']:+.2f}% | "
+                   f"{100 * s['slack']:.1f}% | {100 * s['prediction_error']:+.2f}% | {_memtracker(s)} | "
                    f"{s['median_thread_s'] * 1e3:.0f} ms | {best or 'none'} | "
                    f"{s['fastest_fixed_thread_s'] * 1e3 if best else 0:.0f} ms | {ratio} | "
                    f"{'yes' if s['losses_equal_off'] else 'NO'} |")
