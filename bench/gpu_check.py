@@ -1,4 +1,4 @@
-"""The accelerator check's driver (tools/gpu_check.sh runs it after building hpac): four sections on one device, each
+"""The accelerator check's driver (tools/gpu_check.sh runs it after building hpac): five sections on one device, each
 recorded in OUT/gpu_check.json whether it passed or raised.
 
   core          hpac on the device's tensors: a stack of Qwen3-MoE-style blocks (test/python/moe_block.py: eager

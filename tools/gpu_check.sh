@@ -9,7 +9,7 @@
 # 1. Builds libhpac and the config library against that Python's torch into build-gpu/, as tools/gpu_level1.sh does
 #    (abseil and yaml-cpp: the system's, or Debian 12's packages unpacked from HPAC_DEB_DIR, default .debs/).
 #    --dry-run builds nothing: HPAC_LIBRARY and HPAC_CONFIG_LIBRARY, else build/'s.
-# 2. bench/gpu_check.py on cuda in bfloat16 (--dry-run: cpu, float32, tiny): four sections, each recorded in
+# 2. bench/gpu_check.py on cuda in bfloat16 (--dry-run: cpu, float32, tiny): five sections, each recorded in
 #    OUT_DIR/gpu_check.json whether it passed or raised:
 #      core           hpac.checkpoint full / selective / budget and a policy_fn through
 #                     hpac.create_selective_checkpoint_contexts, bit for bit against no checkpoint with dropout (the
@@ -21,6 +21,9 @@
 #                     (OUT_DIR/target_shapes.json and target_shapes.md)
 #      sac_peer       PyTorch's SAC and hpac with the same policy_fn on two such layers: kept bytes, time, grads
 #      planner        hpac.budget with cost="measured" (device-timed profile) and cost="estimated" (roofline)
+#      memory_target  hpac.fit_memory_target on two such layers: off's and full's step peaks from the caching
+#                     allocator, then targets between: predicted and measured peak, every planned step after the
+#                     first under its target, loss bit for bit with off
 # 3. bench/gpu_check.py --verify: every section there and passed. The last line says so; the exit status is 0 only
 #    then.
 # HPAC_GPU_PYTHON picks the Python (default python3; --dry-run: .venv/bin/python where it exists).
