@@ -272,6 +272,7 @@ class StepTargetHandle : public torch::CustomClassHolder {
   }
   Messages finishStep(int64_t fragmentation) { return messages(t().finishStep(fragmentation)); }
   void startStep(int64_t live) { t().startStep(live); }
+  void layerCalled(int64_t i) { t().layerCalled(i); }
   bool wantsFirstPlan() { return t().wantsFirstPlan(); }
   bool regionsReady() { return t().regionsReady(); }
   void prepareFirstPlan() { t().prepareFirstPlan(); }
@@ -599,6 +600,7 @@ void registerClasses(torch::Library& m) {
       .def("record", &StepTargetHandle::record)
       .def("finish_step", &StepTargetHandle::finishStep)
       .def("start_step", &StepTargetHandle::startStep)
+      .def("layer_called", &StepTargetHandle::layerCalled)
       .def("wants_first_plan", &StepTargetHandle::wantsFirstPlan)
       .def("regions_ready", &StepTargetHandle::regionsReady)
       .def("prepare_first_plan", &StepTargetHandle::prepareFirstPlan)

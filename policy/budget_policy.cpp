@@ -371,8 +371,10 @@ std::vector<BudgetRegion::Candidate> BudgetRegion::candidates(const std::vector<
 void BudgetRegion::replan(int64_t budget_bytes) {
   TORCH_CHECK(budget_bytes >= 0, "hpac budget: replan to ", budget_bytes, " bytes; allowed: >= 0");
   std::lock_guard<std::mutex> lock(mutex_);
-  checkProfiled("replan from");
-  replanned_bytes_ = budget_bytes;
+  TORCH_CHECK(plan_source_.empty(), "hpac budget: the region replays the plan '", plan_source_, "'; a loaded plan "
+              "is not replanned");
+  replanned_bytes_ = budget_bytes;  // a profile running now (the op sequence changed) plans with it when it ends
+  if (stage_ != Stage::kPlanned || profile_.empty()) return;  // profiling: see above; fallback: the fixed policy
   plan_ = planFor(budget_bytes);
   save_ = std::make_shared<const std::vector<bool>>(plan_.save);
   skip_ = std::make_shared<const std::vector<bool>>(plan_.skip);

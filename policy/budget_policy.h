@@ -99,8 +99,9 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
   std::string planTextKeeping(const std::vector<bool>& keep) const;
   // Note [The step's peak as events] (policy/step_plan.h): what this region would keep and cost under each of
   // `budgets` (bytes), planned from its last profile as its own plan is; and replan() makes the plan for a new
-  // budget the one later invocations replay (the step planner's choice). Both throw unless the region is planned
-  // from a profile.
+  // budget the one later invocations replay (the step planner's choice). candidates() throws unless the region is
+  // planned from a profile; replan() keeps the budget for the region's next profile when it is profiling again (its
+  // op sequence changed) and does nothing more in the fallback stage; it throws for a loaded plan.
   struct Candidate {
     int64_t budget_bytes = 0;
     int64_t kept_bytes = 0;

@@ -64,10 +64,28 @@ int64_t StepTarget::held(const StepEventKey& event) const {
   return held;
 }
 
+void StepTarget::layerCalled(int64_t i) {
+  if (open_) called_.push_back(i);
+}
+
 std::vector<StepMessage> StepTarget::finishStep(int64_t fragmentation_bytes) {
   std::vector<StepMessage> out;
   if (!open_) return out;
   open_ = false;
+  if (planned_at_ == 0 && error_.empty()) {
+    std::vector<int64_t> want(plans_.size());
+    for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<int64_t>(i);
+    if (called_ != want) {
+      std::string got;
+      for (int64_t i : called_) got += (got.empty() ? "" : ", ") + plans_.at(i).name;
+      error_ = "hpac: memory target: step " + std::to_string(steps_) + " ran the layers in the order [" + got +
+               "], not once each in the order given (" + plans_.front().name + " first, " + plans_.back().name +
+               " last): the step's events count the layers before each in that order. Give the layers in the "
+               "order the forward runs them, each called once per step (one model call per optimizer step: "
+               "gradient accumulation is not planned)";
+    }
+  }
+  called_.clear();
   if (measured_.empty()) return out;
   const auto top = std::max_element(measured_.begin(), measured_.end(),
                                     [](const auto& a, const auto& b) { return a.second < b.second; });
@@ -110,6 +128,7 @@ void StepTarget::startStep(int64_t live_bytes) {
   ++steps_;
   open_ = true;
   measured_.clear();
+  called_.clear();
 }
 
 bool StepTarget::regionsReady() const {

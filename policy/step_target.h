@@ -105,6 +105,9 @@ class StepTarget {
 
   // --- a step -------------------------------------------------------------------------------------------------
   void record(const StepEventKey& event, int64_t peak);
+  // Layer i's forward started: the profile step checks that the layers run once each, in the order given (the
+  // events' layers_kept counts assume it), and the target fails with error() otherwise.
+  void layerCalled(int64_t i);
   std::vector<StepMessage> finishStep(int64_t fragmentation_bytes);
   void startStep(int64_t live_bytes);
 
@@ -145,6 +148,7 @@ class StepTarget {
   std::vector<std::vector<StepCandidate>> candidates_;
   std::map<StepEventKey, int64_t> bases_;
   std::map<StepEventKey, int64_t> measured_;  // the open step's peaks
+  std::vector<int64_t> called_;                // the open step's layer calls, in order
   bool open_ = false;
   int64_t steps_ = 0;
   std::vector<int64_t> start_bytes_;

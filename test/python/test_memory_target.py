@@ -94,3 +94,28 @@ def test_layers_must_be_modules():
     with pytest.raises(TypeError, match="layer 1 is a str, not a torch.nn.Module"):
         model = Net()
         hpac.fit_memory_target(model, [model.layers[0], "layer"], "1GiB")
+
+
+def test_layers_out_of_forward_order_are_an_error_after_the_profile_step():
+    hpac.track_memory()
+    model = Net()
+    fitted = hpac.fit_memory_target(model, list(model.layers)[::-1], "1GiB")
+    x = torch.randn(64, 64)
+    model(x).backward()
+    with pytest.raises(hpac.MemoryTargetError, match=r"ran the layers in the order \[layer 3, layer 2, layer 1, "
+                       r"layer 0\], not once each in the order given"):
+        model(x)
+    fitted.remove()
+
+
+@pytest.mark.skipif(not hasattr(torch.optim.Optimizer, "register_step_post_hook"), reason="torch < 2.0")
+def test_gradient_accumulation_under_a_watched_optimizer_is_an_error():
+    hpac.track_memory()
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    fitted = hpac.fit_memory_target(model, model.layers, "1GiB", optimizer=opt)
+    x = torch.randn(64, 64)
+    model(x).backward()
+    with pytest.raises(hpac.MemoryTargetError, match="called again without optimizer.step"):
+        model(x)
+    fitted.remove()

@@ -496,15 +496,18 @@ absl::StatusOr<MemoryBudget> parseMemoryTarget(const std::string& text) {
                                                    "fraction is memory_budget's); ", kMemoryTargetAllowed));
   }
   if (!parsed.ok()) {
-    if (parsed.status().message().find("has unit") == absl::string_view::npos &&
-        parsed.status().message().find("negative") == absl::string_view::npos) {
+    const absl::string_view m = parsed.status().message();
+    if (m.find("has unit") == absl::string_view::npos && m.find("negative") == absl::string_view::npos &&
+        m.find("too large") == absl::string_view::npos) {
       return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a size; ", kMemoryTargetAllowed));
     }
     const std::string message(parsed.status().message());
     return absl::InvalidArgumentError(absl::StrCat(message.substr(0, message.find("; allowed")), "; ",
                                                    kMemoryTargetAllowed));
   }
-  if (parsed->bytes <= 0) return absl::InvalidArgumentError(absl::StrCat("'", text, "' is zero; ", kMemoryTargetAllowed));
+  if (parsed->bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is zero bytes; ", kMemoryTargetAllowed));
+  }
   return parsed;
 }
 

@@ -27,8 +27,9 @@
 //     memory_target: 70GiB       # with budget only, instead of memory_budget: the most
 //                                # live tensor bytes one rank may hold at any moment of
 //                                # a step (parameters, gradients, optimizer state and
-//                                # activations); hpac.hf plans every layer to fit it
-//                                # (plugin/python/hpac/_target.py)
+//                                # activations); every layer is planned to fit it
+//                                # (policy/step_target.h: hpac.hf, and hpac-train on
+//                                # one rank)
 //     cost: measured             # with budget only: measured | estimated, what the plan
 //                                # weighs a recompute by (Note [Estimated op costs])
 //     layers:                    # optional per-layer plan over the language tower

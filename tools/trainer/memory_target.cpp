@@ -46,7 +46,10 @@ void MemoryTargetFront::stepBegin() {
   mark(StepEventKey{"before the layers", 0, -1});
 }
 
-void MemoryTargetFront::stepDone() { mark(std::nullopt); }
+void MemoryTargetFront::stepDone() {
+  mark(std::nullopt);
+  say(target_->finishStep(/*fragmentation_bytes=*/0));  // the step's history row now; nothing counted until the next
+}
 
 void MemoryTargetFront::hookBackward(const at::Tensor& t, StepEventKey event) {
   if (!t.defined() || !t.requires_grad()) return;
@@ -57,6 +60,7 @@ void MemoryTargetFront::hookBackward(const at::Tensor& t, StepEventKey event) {
 }
 
 void MemoryTargetFront::layerBegin(int64_t i, const std::vector<at::Tensor>& inputs) {
+  target_->layerCalled(i);
   mark(StepEventKey{"forward of layer " + std::to_string(i), i + 1, -1});
   if (i == 0 && !inputs.empty()) hookBackward(inputs[0], StepEventKey{kStepRest, 0, -1});
 }

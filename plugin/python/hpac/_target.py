@@ -68,6 +68,7 @@ class _Meter:
                                     "hpac.track_memory() before the model is built (it counts only what is "
                                     "allocated after)")
         self.device = device
+        self._fragmentation = 0  # on CUDA: the step's largest reserved-beyond-allocated, over its events
 
     def current(self) -> int:
         if self.cuda:
@@ -75,18 +76,20 @@ class _Meter:
         return torch.ops.hpac.memory_stats()["current_bytes"]
 
     def take_peak(self) -> int:
-        """The peak since the last take; the next one starts from now."""
+        """The peak since the last take; the next one starts from now. On CUDA this resets torch's peak counters
+        (torch.cuda.reset_peak_memory_stats): the caching allocator keeps one peak."""
         if self.cuda:
             peak = torch.cuda.max_memory_allocated(self.device)
+            self._fragmentation = max(self._fragmentation, torch.cuda.max_memory_reserved(self.device) - peak)
             torch.cuda.reset_peak_memory_stats(self.device)
             return peak
         return torch.ops.hpac.take_event_peak()  # apart from memory_stats' peak, which the caller may reset
 
-    def fragmentation(self) -> int:
-        """On CUDA, what the caching allocator holds beyond the live tensors (it counts against the device)."""
-        if not self.cuda:
-            return 0
-        return max(0, torch.cuda.max_memory_reserved(self.device) - torch.cuda.max_memory_allocated(self.device))
+    def take_fragmentation(self) -> int:
+        """On CUDA, the most the caching allocator held beyond the live tensors at an event's peak since the last
+        take (it counts against the device); 0 on CPU."""
+        out, self._fragmentation = self._fragmentation, 0
+        return max(0, out)
 
 
 # An event of the step (Note [The step's peak as events]): (what, layers whose kept bytes count, own layer or -1).
@@ -136,12 +139,15 @@ class MemoryTarget:
         self.target_bytes = target_bytes
         self._group = group
         self.model = model
-        param = next(model.parameters(), None)
-        self._meter = _Meter(param.device if param is not None else torch.device("cpu"))
+        self._meter: Optional[_Meter] = None  # the parameters' device, at the first step (the model may move)
+        self._optimizer_hooks: list = []
+        self._since_optimizer = 0  # steps begun since the watched optimizer's last step
+        self._rest_open = False    # "the rest" opened this step (layer 0's input gradient, or the optimizer)
         local = [getattr(p, "_local_tensor", p) for p in model.parameters()]  # a DTensor's shard on this rank
         params = sum(t.numel() * t.element_size() for t in local)
         grads = sum(t.numel() * t.element_size() for t, p in zip(local, model.parameters()) if p.requires_grad)
         self._target = torch.classes.hpac.StepTarget(target_bytes, params, grads)
+        self._watching = False
         self._layers = [_Layer(path, module, b, call) for path, module, b, call in layers]
         for i, layer in enumerate(self._layers):
             self._target.add_layer(layer.path, layer.budget._region)
@@ -154,6 +160,10 @@ class MemoryTarget:
     # --- measuring -------------------------------------------------------------------------------------------
     def _mark(self, event: Optional[Event]) -> None:
         """Closes the event open now (its peak) and opens `event`."""
+        if self._meter is None:
+            return
+        if event is not None and event[0] == "the rest":
+            self._rest_open = True
         peak = self._meter.take_peak()
         if self._event is not None:
             self._target.record(self._event[0], self._event[1], self._event[2], peak)
@@ -167,14 +177,23 @@ class MemoryTarget:
     def _step_begin(self, module, args) -> None:
         if not torch.is_grad_enabled():
             return
-        self._mark(None)
-        t = self._target
-        self._say(t.finish_step(self._meter.fragmentation()))
+        if self._meter is None:
+            param = next(self.model.parameters(), None)
+            self._meter = _Meter(param.device if param is not None else torch.device("cpu"))
+        if self._watching and self._since_optimizer and self.error is None:
+            self.error = MemoryTargetError(
+                "hpac: memory target: the model was called again without optimizer.step() between (gradient "
+                "accumulation): the target plans one model call per optimizer step; call it once per step, or "
+                "make the target without optimizer= (each call is then planned as a step of its own)")
+        self._since_optimizer += 1
+        self._close_step()
         if self.error is not None:
             raise self.error
+        t = self._target
         if t.planned_at():
             self._agree_bases()
         t.start_step(self._meter.current())
+        self._rest_open = False
         if t.wants_first_plan():
             if all(self._gather(t.regions_ready())):  # else a layer has not finished its profile: next step
                 t.prepare_first_plan()
@@ -184,6 +203,13 @@ class MemoryTarget:
         elif t.planned_at() and t.needs_replan():
             self._plan("a step's measured peak went over its prediction")
         self._mark(("before the layers", 0, -1))
+
+    def _close_step(self) -> None:
+        self._mark(None)
+        t = self._target
+        self._say(t.finish_step(self._meter.take_fragmentation() if self._meter else 0))
+        if t.error() and self.error is None:
+            self.error = MemoryTargetError(t.error())
 
     def _plan(self, why: str) -> None:
         self._say(self._target.plan(why))
@@ -196,6 +222,7 @@ class MemoryTarget:
     def _layer_begin(self, i: int, args, kwargs) -> None:
         if not torch.is_grad_enabled():
             return
+        self._target.layer_called(i)
         self._mark((f"forward of layer {i}", i + 1, -1))
         if i == 0:
             x = _first_tensor(list(args) + list(kwargs.values()))
@@ -260,13 +287,16 @@ class MemoryTarget:
 
     # --- reading ---------------------------------------------------------------------------------------------
     def watch_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        """Ends each step's measurement when `optimizer.step()` returns: what runs between it and the next step's
-        forward (another model's step, an evaluation) is then not counted in this step's events. Without it a step
-        ends at the next call of the model. Needs torch >= 2.0 (Optimizer.register_step_post_hook)."""
+        """Marks the optimizer step: "the rest" of the step opens before it (if layer 0's input gradient has not
+        opened it: a frozen embedding), and the step closes when it returns, so that what runs before the next
+        step's forward (another model's step, an evaluation) does not count in this step. Without it a step ends at
+        the model's next call. Needs torch >= 2.0 (Optimizer.register_step_pre_hook / post_hook)."""
         if not hasattr(optimizer, "register_step_post_hook"):
             raise MemoryTargetError(f"hpac: watch_optimizer needs torch >= 2.0 (Optimizer.register_step_post_hook); "
                                     f"this is torch {torch.__version__}: the step then ends at the model's next call")
-        optimizer.register_step_post_hook(functools.partial(_TargetCall.step_done, self))
+        self._watching = True
+        self._optimizer_hooks += [optimizer.register_step_pre_hook(functools.partial(_TargetCall.step_starts, self)),
+                                  optimizer.register_step_post_hook(functools.partial(_TargetCall.step_done, self))]
 
     def report(self) -> Dict[str, Any]:
         """{'target_bytes', 'predicted_bytes', 'predicted_event', 'planned_at_step', 'error', 'layers': [per layer:
@@ -291,12 +321,18 @@ class MemoryTarget:
         budget at k/16 of each layer's off bytes — beside the plan made: per plan 'plan' ('off' or the fraction),
         'predicted_bytes', 'recompute_micros', 'fits'. Empty before the plan is made."""
         peaks, micros = self._target.uniform_plans()
-        return [{"plan": "off" if k == 0 else (k - 1) / _STEPS, "predicted_bytes": peak, "recompute_micros": us,
-                 "fits": peak <= self.target_bytes} for k, (peak, us) in enumerate(zip(peaks, micros))]
+        counts, budgets = self._target.candidates()[:2]
+        first = list(budgets[:counts[0]]) if counts else []
+        return [{"plan": "off" if k == 0 else f"budget {first[k]} B on layer 0 (candidate {k})", "candidate": k,
+                 "predicted_bytes": peak, "recompute_micros": us, "fits": peak <= self.target_bytes}
+                for k, (peak, us) in enumerate(zip(peaks, micros))]
 
     def remove(self) -> None:
-        """Unwraps the layers and removes the step hook."""
+        """Unwraps the layers and removes the step and optimizer hooks."""
         self._hook.remove()
+        for handle in self._optimizer_hooks:
+            handle.remove()
+        self._optimizer_hooks = []
         for layer in self._layers:
             unwrap_checkpoint(layer.module)
 
@@ -325,8 +361,14 @@ class _TargetCall:
         target._mark(event)
 
     @staticmethod
+    def step_starts(target: MemoryTarget, optimizer, args, kwargs):
+        if not target._rest_open:
+            target._mark(("the rest", 0, -1))
+
+    @staticmethod
     def step_done(target: MemoryTarget, optimizer, args, kwargs):
-        target._mark(None)  # the open event ends; nothing is counted until the next step begins
+        target._since_optimizer = 0
+        target._close_step()  # the step ends here: its history row now, nothing counted until the next begins
 
 
 def _hpac_checkpointed(policy, original, *args, **kwargs):

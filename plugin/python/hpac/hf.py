@@ -492,6 +492,10 @@ def _fit_target(prep, model, ac):
     layers = [p for p in prep.layers if p.layer == "budget" and p.budget is not None]
     if not target or not layers:
         return
+    if prep.discovery is not None and prep.discovery.vision() is not None:
+        raise ValueError(f"hpac.hf: activation_checkpoint.memory_target ({target['where']}) plans the layers in the "
+                         "order the forward runs them, once each per step; a model with a vision tower runs its "
+                         "vision layers first, which this order does not say yet; allowed: a language-only model")
     if prep.compiled or any(p.compiled for p in layers):
         raise ValueError(f"hpac.hf: activation_checkpoint.memory_target ({target['where']}) plans from eager "
                          "profiles; allowed only with train.compile: false")

@@ -42,6 +42,6 @@ def test_every_rank_fits_one_plan_under_the_target(tmp_path, nproc, parallel):
     assert any(layer["checkpointed"] for layer in ranks[0]["layers"])
     for rank, r in enumerate(ranks):
         planned = [h for h in r["history"] if h["planned"]]
-        assert len(planned) == STEPS - 2, r["history"]
+        assert len(planned) == STEPS - 1, r["history"]  # each step closes when its optimizer step ends
         for h in planned:
             assert h["measured_bytes"] <= target, (rank, h, target)

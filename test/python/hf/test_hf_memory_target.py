@@ -162,7 +162,7 @@ def test_memory_target_reaches_python_as_the_parser_read_it():
 
 @pytest.mark.parametrize("value, message", [
     ("0.5", r"'0\.5' is a plain number; the target is bytes with a unit"),
-    ("0GiB", r"'0GiB' is zero"),
+    ("0GiB", r"'0GiB' is zero bytes"),
     ("-2GiB", r"'-2GiB' is negative"),
     ("8GB", r"'8GB' has unit 'GB'"),
 ])
