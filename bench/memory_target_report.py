@@ -7,6 +7,14 @@ def _mib(b):
     return f"{b / 2**20:.2f} MiB"
 
 
+def _shapes(d):
+    if d.get("shapes") == "30b":
+        m = d["model"]
+        return (f"Qwen3-30B-A3B's layer shapes, {m['num_layers']} layers, {m['num_experts']} experts, vocabulary "
+                f"{m['vocab_size']}, batch {d['batch']} x seq {d['seq']}, float32")
+    return f"`{d['config']}`"
+
+
 def _plan(layers):
     return " ".join(f"{l['kept_bytes'] / 2**20:.2f}" if l["checkpointed"] else "off" for l in layers)
 
@@ -57,11 +65,19 @@ def plot(d, path):
 def memory_target(r):
     """The target sweep on the main job: per target the plan, predicted and measured peak, slack, step time beside
     the fastest fixed mode that fits."""
-    d = load(r, "memory_target.json")
+    return _sweep(load(r, "memory_target.json"))
+
+
+def memory_target_30b(r):
+    """The same sweep at Qwen3-30B-A3B's layer shapes (bench/memory_target.py --shapes 30b --layers 2)."""
+    return _sweep(load(r, "memory_target_30b_2.json"))
+
+
+def _sweep(d):
     load_avg = f", 1-minute load average {d['load_average_at_end']:.1f} at the end" if "load_average_at_end" in d else ""
     fixed = d["fixed"]
     out = [f"Measured by `bench/memory_target.py` (torch {d['torch']}, {d['threads']} thread on {d['cpus']} CPUs"
-           f"{load_avg}, GLIBC_TUNABLES={d['glibc_tunables'] or '(unset)'}; `{d['config']}`, AdamW; "
+           f"{load_avg}, GLIBC_TUNABLES={d['glibc_tunables'] or '(unset)'}; {_shapes(d)}, AdamW; "
            f"{d['warmup']} warm-up and {d['steps']} measured steps per run, one run after another in one process; "
            "peak: the process's live CPU tensor bytes over forward, backward and optimizer step; time: median thread "
            "CPU time of the same).", "",
