@@ -168,7 +168,13 @@ def main():
     targets = [int(lo + (hi - lo) * k / (args.targets + 1)) for k in range(1, args.targets + 1)]
     sweep = []
     for target in targets:
-        r = run(base, f"target:{target}", args.warmup, args.steps)
+        try:
+            r = run(base, f"target:{target}", args.warmup, args.steps)
+        except hpac.MemoryTargetError as e:  # below the model's floor: the error is the result
+            gc.collect()
+            sweep.append({"target_bytes": target, "error": str(e)})
+            log(f"target {target / 2**20:.2f} MiB: {str(e)[:160]}")
+            continue
         if args.memtracker:
             r["memtracker"] = _memtracker_child(f"target:{target}", args)
         planned = [h for h in r["target"]["history"] if h["planned"]]

@@ -88,6 +88,11 @@ def _sweep(d):
            "ratio | loss = off |",
            "|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]
     for s in d["sweep"]:
+        if "error" in s:
+            floor = s["error"].split("floor ")[1].split(" (")[0] if "floor " in s["error"] else "?"
+            out.append(f"| {_mib(s['target_bytes'])} | below the predicted floor {floor}: MemoryTargetError at step 2's "
+                       "start | | | | | | | | | | |")
+            continue
         best = s["fastest_fixed"]
         ratio = f"{s['median_thread_s'] / s['fastest_fixed_thread_s']:.2f}×" if best else "n/a"
         out.append(f"| {_mib(s['target_bytes'])} | {_plan(s['layers'])} | {_mib(s['predicted_bytes'])} "
@@ -96,9 +101,13 @@ def _sweep(d):
                    f"{s['median_thread_s'] * 1e3:.0f} ms | {best or 'none'} | "
                    f"{s['fastest_fixed_thread_s'] * 1e3 if best else 0:.0f} ms | {ratio} | "
                    f"{'yes' if s['losses_equal_off'] else 'NO'} |")
-    over = sum(s["measured_bytes"] > s["target_bytes"] for s in d["sweep"])
-    worst = max(abs(s["prediction_error"]) for s in d["sweep"])
-    out += ["", f"{over} of {len(d['sweep'])} targets measured over the target; slack "
-            f"{100 * min(s['slack'] for s in d['sweep']):.1f}–{100 * max(s['slack'] for s in d['sweep']):.1f}%; "
+    ran = [s for s in d["sweep"] if "error" not in s]
+    if not ran:
+        return out + ["", "Every target was below the predicted floor."]
+    over = sum(s["measured_bytes"] > s["target_bytes"] for s in ran)
+    worst = max(abs(s["prediction_error"]) for s in ran)
+    below = len(d["sweep"]) - len(ran)
+    out += ["", f"{over} of {len(ran)} targets run measured over the target ({below} below the predicted floor, "
+            f"refused); slack {100 * min(s['slack'] for s in ran):.1f}–{100 * max(s['slack'] for s in ran):.1f}%; "
             f"largest prediction error {100 * worst:.2f}% of the measured peak."]
     return out
