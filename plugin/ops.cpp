@@ -524,17 +524,6 @@ void registerPlannerOps(torch::Library& m) {
           return std::make_tuple(plan.choice, plan.peak_bytes, plan.peak_event, plan.micros, plan.fits, plan.exact,
                                  plan.front_states);
         });
-  m.def("step_peak(int[] counts, int[] kept, int[] backward, float[] micros, int[] event_base, int[] event_kept, "
-        "int[] event_layer, int[] choice) -> (int, int)",
-        [](const std::vector<int64_t>& counts, const std::vector<int64_t>& kept, const std::vector<int64_t>& backward,
-           const std::vector<double>& micros, const std::vector<int64_t>& event_base,
-           const std::vector<int64_t>& event_kept, const std::vector<int64_t>& event_layer,
-           const std::vector<int64_t>& choice) {
-          const StepProblem p = stepProblem(counts, kept, backward, micros, event_base, event_kept, event_layer);
-          int64_t event = -1;
-          const int64_t peak = stepPeak(p.layers, p.events, choice, &event);
-          return std::make_tuple(peak, event);
-        });
 }
 
 // Measurements: tensor memory of CPU tensors, and the fallback's entries on this thread.

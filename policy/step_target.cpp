@@ -108,11 +108,12 @@ std::vector<StepMessage> StepTarget::finishStep(int64_t fragmentation_bytes) {
     }
   }
   history_.push_back(row);
+  if (history_.size() > kStepHistory) history_.pop_front();
   // Calibration (Note [Profile, then absolute bases]): a base only ever rises after the plan.
   for (const auto& [event, peak] : measured_) {
     int64_t base = peak - held(event) + (planned_at_ ? fragmentation_bytes : 0);
     if (planned_at_ == 0) {
-      if (event.what != kStepRest) base -= start_bytes_.back();
+      if (event.what != kStepRest) base -= start_bytes_;
       bases_[event] = base;
     } else {
       auto it = bases_.find(event);
@@ -124,7 +125,7 @@ std::vector<StepMessage> StepTarget::finishStep(int64_t fragmentation_bytes) {
 }
 
 void StepTarget::startStep(int64_t live_bytes) {
-  start_bytes_.push_back(live_bytes);
+  start_bytes_ = live_bytes;
   ++steps_;
   open_ = true;
   measured_.clear();
@@ -138,9 +139,9 @@ bool StepTarget::regionsReady() const {
 }
 
 void StepTarget::prepareFirstPlan() {
-  TORCH_CHECK(planned_at_ == 0 && !start_bytes_.empty(), "hpac memory target: prepareFirstPlan after the first plan");
+  TORCH_CHECK(planned_at_ == 0 && steps_ > 0, "hpac memory target: prepareFirstPlan after the first plan");
   for (auto& [event, base] : bases_) {
-    if (event.what != kStepRest) base += start_bytes_.back();
+    if (event.what != kStepRest) base += start_bytes_;
   }
   // Layers of one structure (the same op sequence and sizes) share their candidates.
   std::map<std::tuple<std::vector<std::pair<std::string, int64_t>>, int64_t, int64_t>, size_t> shared;
@@ -175,17 +176,19 @@ void StepTarget::setCandidates(std::vector<std::vector<StepCandidate>> candidate
   candidates_ = std::move(candidates);
 }
 
-StepPlan StepTarget::solve(std::vector<StepEvent>* events_out) const {
-  std::vector<std::vector<StepChoice>> layers;
+std::pair<std::vector<std::vector<StepChoice>>, std::vector<StepEvent>> StepTarget::problem() const {
+  std::pair<std::vector<std::vector<StepChoice>>, std::vector<StepEvent>> p;
   for (const auto& cands : candidates_) {
-    layers.emplace_back();
-    for (const StepCandidate& c : cands) layers.back().push_back(StepChoice{c.kept_bytes, c.backward_bytes, c.micros});
+    p.first.emplace_back();
+    for (const StepCandidate& c : cands) p.first.back().push_back(StepChoice{c.kept_bytes, c.backward_bytes, c.micros});
   }
-  std::vector<StepEvent> events;
-  for (const auto& [event, base] : bases_) events.push_back(StepEvent{base, event.layers_kept, event.layer});
-  StepPlan p = planStep(layers, events, target_bytes_);
-  if (events_out) *events_out = std::move(events);
+  for (const auto& [event, base] : bases_) p.second.push_back(StepEvent{base, event.layers_kept, event.layer});
   return p;
+}
+
+StepPlan StepTarget::solve() const {
+  const auto [layers, events] = problem();
+  return planStep(layers, events, target_bytes_);
 }
 
 void StepTarget::apply(const std::vector<int64_t>& choice) {
@@ -236,7 +239,7 @@ std::vector<StepMessage> StepTarget::plan(const std::string& why) {
 }
 
 std::string StepTarget::floorError(int64_t floor, const std::string& what) const {
-  const int64_t start = start_bytes_.empty() ? 0 : start_bytes_.back();
+  const int64_t start = start_bytes_;
   return "hpac: memory target " + formatBytes(target_bytes_) + " is below this step's floor " + formatBytes(floor) +
          " (every layer recomputed), set by " + what + ": live at the step's start " + formatBytes(start) +
          " (parameters " + formatBytes(params_bytes_) + "; optimizer state and the rest " +
@@ -267,13 +270,7 @@ std::vector<std::pair<int64_t, double>> StepTarget::uniformPlans() const {
   if (planned_at_ == 0 || candidates_.empty()) return out;
   size_t k_max = candidates_[0].size();
   for (const auto& c : candidates_) k_max = std::min(k_max, c.size());
-  std::vector<std::vector<StepChoice>> layers;
-  for (const auto& cands : candidates_) {
-    layers.emplace_back();
-    for (const StepCandidate& c : cands) layers.back().push_back(StepChoice{c.kept_bytes, c.backward_bytes, c.micros});
-  }
-  std::vector<StepEvent> events;
-  for (const auto& [event, base] : bases_) events.push_back(StepEvent{base, event.layers_kept, event.layer});
+  const auto [layers, events] = problem();
   for (size_t k = 0; k < k_max; ++k) {
     std::vector<int64_t> choice(layers.size(), static_cast<int64_t>(k));
     double micros = 0;

@@ -34,10 +34,12 @@
 #include "policy/step_plan.h"
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace hpac {
@@ -89,6 +91,8 @@ struct StepMessage {
 
 // Candidate budgets per checkpointed layer: k / kStepCandidateSteps of its off bytes.
 constexpr int64_t kStepCandidateSteps = 16;
+// Finished steps StepTarget::history() keeps.
+constexpr size_t kStepHistory = 256;
 
 class StepTarget {
  public:
@@ -126,7 +130,8 @@ class StepTarget {
   const std::vector<std::vector<StepCandidate>>& candidates() const { return candidates_; }
   void setCandidates(std::vector<std::vector<StepCandidate>> candidates);
   const std::vector<StepLayerPlan>& layerPlans() const { return plans_; }
-  const std::vector<StepRecord>& history() const { return history_; }
+  // The last kStepHistory finished steps (a long run keeps a bounded record).
+  const std::deque<StepRecord>& history() const { return history_; }
   int64_t predictedBytes() const { return predicted_bytes_; }
   const std::string& predictedEvent() const { return predicted_event_; }
   // The prediction (peak, µs) for candidate k of every layer: what a user could set the same for every layer.
@@ -137,7 +142,9 @@ class StepTarget {
  private:
   int64_t held(const StepEventKey& event) const;
   std::pair<int64_t, std::string> predict() const;
-  StepPlan solve(std::vector<StepEvent>* events_out = nullptr) const;
+  // The planner's problem: every layer's candidates and every event, in bases_' order.
+  std::pair<std::vector<std::vector<StepChoice>>, std::vector<StepEvent>> problem() const;
+  StepPlan solve() const;
   void apply(const std::vector<int64_t>& choice);
   std::string floorError(int64_t floor, const std::string& what) const;
 
@@ -151,11 +158,11 @@ class StepTarget {
   std::vector<int64_t> called_;                // the open step's layer calls, in order
   bool open_ = false;
   int64_t steps_ = 0;
-  std::vector<int64_t> start_bytes_;
+  int64_t start_bytes_ = 0;  // live bytes at the open (or last) step's start
   int64_t planned_at_ = 0;
   int64_t predicted_bytes_ = 0;
   std::string predicted_event_;
-  std::vector<StepRecord> history_;
+  std::deque<StepRecord> history_;
   std::string error_;
 };
 

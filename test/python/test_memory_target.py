@@ -119,3 +119,26 @@ def test_gradient_accumulation_under_a_watched_optimizer_is_an_error():
     with pytest.raises(hpac.MemoryTargetError, match="called again without optimizer.step"):
         model(x)
     fitted.remove()
+
+
+def test_nothing_outlives_a_target_model():
+    """The target, its wrappers, tensor hooks and regions die with the model: after steps, a forward dropped
+    without backward and `del`, the live bytes are back where they were and the model is collected."""
+    import weakref
+    hpac.track_memory()
+    gc.collect()
+    start = hpac.memory_stats()["current_bytes"]
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    fitted = hpac.fit_memory_target(model, model.layers, "1GiB")
+    for step in range(3):
+        model(torch.randn(256, 64)).backward()
+        opt.step()
+        opt.zero_grad()
+    dropped = model(torch.randn(256, 64))  # never backward
+    alive = weakref.ref(model), weakref.ref(fitted)
+    del dropped, model, opt, fitted
+    gc.collect()
+    assert all(r() is None for r in alive)
+    assert hpac.memory_stats()["current_bytes"] == start
+    assert torch.ops.hpac.invocations_alive() == 0

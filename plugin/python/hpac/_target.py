@@ -30,9 +30,6 @@ from ._wrap import unwrap_checkpoint, wrap_forward
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 _ALLOWED = ("allowed: the most tensor bytes one rank may hold during a step, > 0: an int, or a number with a unit: "
             "B, KiB, MiB or GiB ('70GiB')")
-# Candidate budgets per checkpointed layer: k/_STEPS of what it keeps under off, k = 0.._STEPS (policy/step_target.h's
-# kStepCandidateSteps).
-_STEPS = 16
 
 
 class MemoryTargetError(ValueError):
