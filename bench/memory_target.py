@@ -83,6 +83,13 @@ def _memtracker_child(mode, args):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def _commit():
+    """The checkout's commit (the code that made these numbers); None outside a git checkout."""
+    import subprocess
+    done = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or None
+
+
 def run(base, mode, warmup, steps, with_memtracker=False):
     """One mode's run: per measured step (peak bytes, thread seconds, loss), and the MemoryTarget's report."""
     spec, train = base["model"], base["train"]
@@ -166,6 +173,9 @@ def main():
         log(f"{mode}: peak {fixed[mode]['peak_bytes'] / 2**20:.2f} MiB, {fixed[mode]['median_thread_s'] * 1e3:.0f} ms")
     lo, hi = fixed["full"]["peak_bytes"], fixed["off"]["peak_bytes"]
     targets = [int(lo + (hi - lo) * k / (args.targets + 1)) for k in range(1, args.targets + 1)]
+    if hi <= lo:  # checkpointing saves nothing at this step's peak: there is no target between full and off
+        log(f"full's peak {lo / 2**20:.2f} MiB >= off's {hi / 2**20:.2f} MiB: no target between them")
+        targets = []
     sweep = []
     for target in targets:
         try:
@@ -193,7 +203,7 @@ def main():
         log(f"target {target / 2**20:.2f} MiB: measured {row['measured_bytes'] / 2**20:.2f}, predicted "
             f"{row['predicted_bytes'] / 2**20:.2f}, slack {100 * row['slack']:.1f}%, "
             f"{row['median_thread_s'] * 1e3:.0f} ms vs {best} {row['fastest_fixed_thread_s'] * 1e3 if best else 0:.0f} ms")
-    data = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+    data = {"commit": os.environ.get("HPAC_COMMIT") or _commit(), "torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
             "glibc_tunables": os.environ.get("GLIBC_TUNABLES"), "config": os.path.relpath(CONFIG, ROOT),
             "shapes": args.shapes, "model": base["model"], "seq": base["train"]["seq_len"],
             "batch": base["train"]["micro_batch"],

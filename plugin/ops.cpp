@@ -255,7 +255,7 @@ class StepTargetHandle : public torch::CustomClassHolder {
   using Messages = std::tuple<std::vector<int64_t>, std::vector<std::string>>;  // (warning 0/1, text) per message
   using Bases = std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>>;
   using Candidates = std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
-                                std::vector<double>, std::vector<int64_t>>;
+                                std::vector<double>, std::vector<int64_t>, std::vector<int64_t>>;
 
   StepTargetHandle(int64_t target_bytes, int64_t params_bytes, int64_t grads_bytes)
       : target_bytes_(target_bytes), params_bytes_(params_bytes), grads_bytes_(grads_bytes) {
@@ -322,22 +322,26 @@ class StepTargetHandle : public torch::CustomClassHolder {
         std::get<3>(out).push_back(c.backward_bytes);
         std::get<4>(out).push_back(c.micros);
         std::get<5>(out).push_back(c.checkpointed);
+        std::get<6>(out).push_back(c.forward_bytes);
       }
     }
     return out;
   }
   void setCandidates(const std::vector<int64_t>& counts, const std::vector<int64_t>& budget,
                      const std::vector<int64_t>& kept, const std::vector<int64_t>& backward,
-                     const std::vector<double>& micros, const std::vector<int64_t>& checkpointed) {
+                     const std::vector<double>& micros, const std::vector<int64_t>& checkpointed,
+                     const std::vector<int64_t>& forward) {
     std::vector<std::vector<StepCandidate>> all;
     size_t next = 0;
     for (int64_t n : counts) {
       TORCH_CHECK(n >= 0 && next + n <= budget.size() && budget.size() == kept.size() && kept.size() == backward.size() &&
-                      kept.size() == micros.size() && kept.size() == checkpointed.size(),
+                      kept.size() == micros.size() && kept.size() == checkpointed.size() &&
+                      kept.size() == forward.size(),
                   "hpac memory target: set_candidates: counts ask for more candidates than given");
       all.emplace_back();
       for (int64_t k = 0; k < n; ++k, ++next) {
-        all.back().push_back(StepCandidate{budget[next], kept[next], backward[next], micros[next], checkpointed[next] != 0});
+        all.back().push_back(StepCandidate{budget[next], kept[next], backward[next], micros[next],
+                                           checkpointed[next] != 0, forward[next]});
       }
     }
     t().setCandidates(std::move(all));

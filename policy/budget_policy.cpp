@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace hpac {
@@ -340,6 +342,56 @@ void BudgetRegion::checkProfiled(const char* what) const {
               "); it has one after its profile, while it is planned");
 }
 
+// Note [A forward, op by op]
+// The step's forward events (Note [The step's peak as events], policy/step_plan.h) ask what a layer holds at the
+// highest moment of its forward under a plan: its transients and what the plan has kept so far. The profile's
+// largest transient plus everything the plan keeps bounds it from above, loosely: a layer's largest transient (the
+// experts' hidden states, the attention scores) comes part-way, before the later ops' kept outputs exist. A profile
+// run while hpac's tracking allocator counts records per op the bytes alive when it returned (transients only: the
+// profile keeps nothing) and the storages freed since the op before. Under a plan keeping a set of storages, the
+// bytes alive after op k are the profile's plus the kept storages made by op k or earlier that the profile had
+// already freed; the forward's bytes are the largest over k. What lives only inside one op (a kernel's scratch)
+// is not sampled: it stays in the event's base, measured at the profile step, and a later step measuring more
+// raises the base. Without the tracker's numbers (a region on an accelerator, tracking off) forwardBytes is -1
+// and the step planner uses the bound.
+namespace {
+
+int64_t forwardBytes(const std::vector<ProfiledOp>& profile, const std::function<bool(size_t, int64_t)>& keeps) {
+  if (profile.empty()) return -1;
+  std::unordered_map<int64_t, int64_t> kept;  // storage id -> bytes: kept by the plan, made so far
+  std::unordered_set<int64_t> freed;
+  int64_t beyond = 0, peak = 0;  // kept storages the profile had freed; the largest live bytes
+  for (size_t k = 0; k < profile.size(); ++k) {
+    const ProfiledOp& op = profile[k];
+    if (op.live_bytes < 0) return -1;
+    for (int64_t id : op.freed) {
+      if (freed.insert(id).second) {
+        const auto it = kept.find(id);
+        if (it != kept.end()) beyond += it->second;
+      }
+    }
+    for (const auto& [id, bytes] : op.storages) {
+      if (keeps(k, id) && kept.emplace(id, bytes).second && freed.count(id)) beyond += bytes;
+    }
+    peak = std::max(peak, op.live_bytes + beyond);
+  }
+  return peak;
+}
+
+}  // namespace
+
+BudgetRegion::ForwardBytes BudgetRegion::forwardBytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ForwardBytes out;
+  if (stage_ != Stage::kPlanned || profile_.empty()) return out;
+  out.profiled = hpac::forwardBytes(profile_, [](size_t, int64_t) { return false; });
+  if (autograd_saved_) {
+    const std::unordered_set<int64_t> saved(autograd_saved_->begin(), autograd_saved_->end());
+    out.off = hpac::forwardBytes(profile_, [&](size_t, int64_t id) { return saved.count(id) > 0; });
+  }
+  return out;
+}
+
 std::vector<BudgetRegion::Candidate> BudgetRegion::candidates(const std::vector<int64_t>& budgets) const {
   std::lock_guard<std::mutex> lock(mutex_);
   checkProfiled("plan candidates from");
@@ -363,6 +415,7 @@ std::vector<BudgetRegion::Candidate> BudgetRegion::candidates(const std::vector<
       }
     }
     c.unread_bytes += scratch;
+    c.forward_bytes = hpac::forwardBytes(profile_, [&](size_t i, int64_t) { return plan.save[i] && !profile_[i].view; });
     out.push_back(c);
   }
   return out;

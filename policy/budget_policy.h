@@ -109,8 +109,18 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
     // scratch buffer its skipped ops' returns lie over (Note [Skipped outputs share one buffer]).
     int64_t unread_bytes = 0;
     double micros = 0;         // predicted recompute time (BudgetPlan::recompute_micros, else the kernels run)
+    // Note [A forward, op by op] (budget_policy.cpp): the bytes its forward holds at its highest moment, above
+    // those alive when it began; -1: not measured.
+    int64_t forward_bytes = -1;
   };
   std::vector<Candidate> candidates(const std::vector<int64_t>& budgets) const;
+  // The same for the forward of the last profile as it ran (keeping nothing) and with the region unwrapped
+  // (keeping what autograd saves); -1 where not measured or the region is not planned from a profile.
+  struct ForwardBytes {
+    int64_t profiled = -1;
+    int64_t off = -1;
+  };
+  ForwardBytes forwardBytes() const;
   void replan(int64_t budget_bytes);
   // The source a region's plan was loaded from; "" for a profiled region.
   const std::string& planSource() const { return plan_source_; }

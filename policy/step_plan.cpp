@@ -13,7 +13,8 @@ void checkProblem(const std::vector<std::vector<StepChoice>>& layers, const std:
   for (int64_t j = 0; j < n; ++j) {
     TORCH_CHECK(!layers[j].empty(), "hpac step plan: layer ", j, " has no candidate plans");
     for (const StepChoice& c : layers[j]) {
-      TORCH_CHECK(c.kept_bytes >= 0 && c.backward_bytes >= 0 && c.micros >= 0, "hpac step plan: layer ", j,
+      TORCH_CHECK(c.kept_bytes >= 0 && c.backward_bytes >= 0 && c.forward_bytes >= 0 && c.micros >= 0,
+                  "hpac step plan: layer ", j,
                   " has a candidate with negative bytes or time");
     }
   }
@@ -22,10 +23,13 @@ void checkProblem(const std::vector<std::vector<StepChoice>>& layers, const std:
     TORCH_CHECK(ev.layers_kept >= 0 && ev.layers_kept <= n, "hpac step plan: event ", e, " counts ",
                 ev.layers_kept, " layers' kept bytes; allowed: 0 to ", n);
     TORCH_CHECK(ev.layer < 0 || (ev.layer < n && ev.layers_kept == ev.layer), "hpac step plan: event ", e,
-                " is the backward of layer ", ev.layer, " with ", ev.layers_kept, " layers kept; allowed: layer in [0, ",
+                " is the ", ev.forward ? "forward" : "backward", " of layer ", ev.layer, " with ", ev.layers_kept, " layers kept; allowed: layer in [0, ",
                 n, ") with exactly the layers before it kept");
   }
 }
+
+// What an event of one layer adds for that layer's candidate `c` (Note [The step's peak as events]).
+int64_t own(const StepEvent& ev, const StepChoice& c) { return ev.forward ? c.forward_bytes : c.backward_bytes; }
 
 struct State {
   int64_t bytes;
@@ -77,8 +81,7 @@ int64_t stepPeak(const std::vector<std::vector<StepChoice>>& layers, const std::
   int64_t peak = std::numeric_limits<int64_t>::min(), at = -1;
   for (size_t e = 0; e < events.size(); ++e) {
     const StepEvent& ev = events[e];
-    const int64_t live = ev.base_bytes + prefix[ev.layers_kept] +
-                         (ev.layer >= 0 ? layers[ev.layer][choice[ev.layer]].backward_bytes : 0);
+    const int64_t live = ev.base_bytes + prefix[ev.layers_kept] + (ev.layer >= 0 ? own(ev, layers[ev.layer][choice[ev.layer]]) : 0);
     if (live > peak) {
       peak = live;
       at = static_cast<int64_t>(e);
@@ -95,10 +98,10 @@ StepPlan planStep(const std::vector<std::vector<StepChoice>>& layers, const std:
   // Per prefix length m, the largest base among the events that count only layers [0, m): the front after m
   // layers must keep base + bytes <= target.
   std::vector<int64_t> prefix_base(n + 1, std::numeric_limits<int64_t>::min());
-  std::vector<std::vector<const StepEvent*>> backward_of(n);
+  std::vector<std::vector<const StepEvent*>> of_layer(n);
   for (const StepEvent& ev : events) {
     if (ev.layer >= 0) {
-      backward_of[ev.layer].push_back(&ev);
+      of_layer[ev.layer].push_back(&ev);
     } else {
       prefix_base[ev.layers_kept] = std::max(prefix_base[ev.layers_kept], ev.base_bytes);
     }
@@ -116,7 +119,7 @@ StepPlan planStep(const std::vector<std::vector<StepChoice>>& layers, const std:
       for (size_t c = 0; c < layers[j].size(); ++c) {
         const StepChoice& choice = layers[j][c];
         bool ok = true;
-        for (const StepEvent* ev : backward_of[j]) ok = ok && ev->base_bytes + front[s].bytes + choice.backward_bytes <= target_bytes;
+        for (const StepEvent* ev : of_layer[j]) ok = ok && ev->base_bytes + front[s].bytes + own(*ev, choice) <= target_bytes;
         const int64_t bytes = front[s].bytes + choice.kept_bytes;
         if (ok && fits(j + 1, bytes)) {
           next.push_back(State{bytes, front[s].micros + choice.micros, static_cast<int64_t>(s), static_cast<int64_t>(c)});

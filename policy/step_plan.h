@@ -17,12 +17,16 @@
 // at a given moment of the step the layers [0, m) hold what their plans keep,
 // the later ones hold nothing (not run yet in the forward; their backward done
 // in the backward). So each moment is an event e = (base_e, m_e, layer_e):
-//   live_e = base_e + sum_{j < m_e} kept_j + (layer_e >= 0 ? backward_bytes_{layer_e} : 0)
-// where base_e is what the moment holds besides those layers' kept bytes,
+//   live_e = base_e + sum_{j < m_e} kept_j + own_e
+// where own_e is layer_e's forward_bytes in its forward, its backward_bytes in
+// its backward, and 0 for an event of no layer;
+// base_e is what the moment holds besides those layers' bytes,
 // measured once under a reference plan by subtracting what that plan keeps.
 // The events of one step, for L layers:
-//   forward of layer i  (m = i + 1: its own kept bytes count in full, an upper
-//                        bound of what it holds part-way)
+//   forward of layer i  (m = i, layer i: what it holds at its forward's
+//                        highest moment under its plan, forward_bytes: Note
+//                        [A forward, op by op] in policy/budget_policy.cpp;
+//                        unmeasured, its kept bytes in full, an upper bound)
 //   after the layers    (m = L: the norm, the logits, the loss and their
 //                        backward, every layer's kept bytes)
 //   backward of layer i (m = i, layer i: its recompute materialises what its
@@ -57,13 +61,15 @@ struct StepChoice {
   int64_t kept_bytes = 0;      // held from its forward until its backward
   int64_t backward_bytes = 0;  // added while its own backward runs (kept bytes the backward does not read)
   double micros = 0;           // predicted recompute time
+  int64_t forward_bytes = 0;   // held at its own forward's highest moment (transients and what it has kept so far)
 };
 
 // One moment of the step (Note [The step's peak as events]).
 struct StepEvent {
   int64_t base_bytes = 0;
   int64_t layers_kept = 0;  // layers [0, layers_kept) hold their kept bytes
-  int64_t layer = -1;       // this layer's backward_bytes add (then layers_kept == layer)
+  int64_t layer = -1;       // this layer's forward_bytes or backward_bytes add (then layers_kept == layer)
+  bool forward = false;     // the forward of `layer` (else its backward)
 };
 
 struct StepPlan {

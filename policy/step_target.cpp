@@ -57,10 +57,17 @@ void StepTarget::record(const StepEventKey& event, int64_t peak) {
 }
 
 int64_t StepTarget::held(const StepEventKey& event) const {
-  if (planned_at_ == 0) return 0;  // the profile step: every layer recomputes everything
+  const auto n = static_cast<int64_t>(plans_.size());
+  const bool own = event.layer >= 0 && event.layer < n;
+  if (planned_at_ == 0) {  // the profile step: every layer recomputes everything; a forward holds its transients
+    return own && event.forward() && event.layer < static_cast<int64_t>(profiled_forward_.size())
+               ? profiled_forward_[event.layer]
+               : 0;
+  }
   int64_t held = 0;
-  for (int64_t j = 0; j < event.layers_kept && j < static_cast<int64_t>(plans_.size()); ++j) held += plans_[j].kept_bytes;
-  if (event.layer >= 0 && event.layer < static_cast<int64_t>(plans_.size())) held += plans_[event.layer].backward_bytes;
+  const int64_t before = event.forward() ? event.layer : event.layers_kept;
+  for (int64_t j = 0; j < before && j < n; ++j) held += plans_[j].kept_bytes;
+  if (own) held += event.forward() ? plans_[event.layer].forward_bytes : plans_[event.layer].backward_bytes;
   return held;
 }
 
@@ -109,6 +116,12 @@ std::vector<StepMessage> StepTarget::finishStep(int64_t fragmentation_bytes) {
   }
   history_.push_back(row);
   if (history_.size() > kStepHistory) history_.pop_front();
+  if (planned_at_ == 0) {  // Note [A forward, op by op]: what each layer's profile forward held, if measured
+    profiled_forward_.assign(regions_.size(), 0);
+    for (size_t i = 0; i < regions_.size(); ++i) {
+      profiled_forward_[i] = std::max<int64_t>(0, regions_[i]->forwardBytes().profiled);
+    }
+  }
   // Calibration (Note [Profile, then absolute bases]): a base only ever rises after the plan.
   for (const auto& [event, peak] : measured_) {
     int64_t base = peak - held(event) + (planned_at_ ? fragmentation_bytes : 0);
@@ -163,9 +176,15 @@ void StepTarget::prepareFirstPlan() {
     budgets.erase(std::unique(budgets.begin(), budgets.end()), budgets.end());
     // Not checkpointed first: off's bytes, no recompute, no checkpoint around it (it wins ties, Note [An exact
     // step plan]).
-    candidates_[i].push_back(StepCandidate{off, off, 0, 0.0, false});
+    // Note [A forward, op by op]: a forward's bytes are measured with the profile's (or, unmeasured, bounded by
+    // the bytes kept: the base then holds the profile's whole transient).
+    const bool measured = profiled_forward_.size() == regions_.size() && profiled_forward_[i] > 0;
+    const BudgetRegion::ForwardBytes forward = regions_[i]->forwardBytes();
+    candidates_[i].push_back(
+        StepCandidate{off, off, 0, 0.0, false, measured && forward.off >= 0 ? forward.off : off});
     for (const BudgetRegion::Candidate& c : regions_[i]->candidates(budgets)) {
-      candidates_[i].push_back(StepCandidate{c.budget_bytes, c.kept_bytes, c.unread_bytes, c.micros, true});
+      candidates_[i].push_back(StepCandidate{c.budget_bytes, c.kept_bytes, c.unread_bytes, c.micros, true,
+                                             measured && c.forward_bytes >= 0 ? c.forward_bytes : c.kept_bytes});
     }
   }
 }
@@ -180,9 +199,14 @@ std::pair<std::vector<std::vector<StepChoice>>, std::vector<StepEvent>> StepTarg
   std::pair<std::vector<std::vector<StepChoice>>, std::vector<StepEvent>> p;
   for (const auto& cands : candidates_) {
     p.first.emplace_back();
-    for (const StepCandidate& c : cands) p.first.back().push_back(StepChoice{c.kept_bytes, c.backward_bytes, c.micros});
+    for (const StepCandidate& c : cands) {
+      p.first.back().push_back(StepChoice{c.kept_bytes, c.backward_bytes, c.micros, c.forward_bytes});
+    }
   }
-  for (const auto& [event, base] : bases_) p.second.push_back(StepEvent{base, event.layers_kept, event.layer});
+  for (const auto& [event, base] : bases_) {
+    p.second.push_back(event.forward() ? StepEvent{base, event.layer, event.layer, true}
+                                       : StepEvent{base, event.layers_kept, event.layer, false});
+  }
   return p;
 }
 
@@ -200,6 +224,7 @@ void StepTarget::apply(const std::vector<int64_t>& choice) {
     p.kept_bytes = c.kept_bytes;
     p.backward_bytes = c.backward_bytes;
     p.micros = c.micros;
+    p.forward_bytes = c.forward_bytes;
     if (c.checkpointed) regions_[i]->replan(c.budget_bytes);
   }
 }
@@ -290,7 +315,8 @@ std::string StepTarget::reportJson() const {
     out += (i ? ", " : "") + std::string("{\"path\": ") + jsonString(p.name) +
            ", \"checkpointed\": " + (p.checkpointed ? "true" : "false") + ", \"budget_bytes\": " +
            std::to_string(p.budget_bytes) + ", \"kept_bytes\": " + std::to_string(p.kept_bytes) +
-           ", \"backward_bytes\": " + std::to_string(p.backward_bytes) + ", \"off_bytes\": " +
+           ", \"backward_bytes\": " + std::to_string(p.backward_bytes) + ", \"forward_bytes\": " +
+           std::to_string(p.forward_bytes) + ", \"off_bytes\": " +
            std::to_string(p.off_bytes) + ", \"recompute_micros\": " + std::to_string(p.micros) + "}";
   }
   out += "], \"events\": {";

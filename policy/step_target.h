@@ -45,10 +45,13 @@
 namespace hpac {
 
 // One event of a step (Note [The step's peak as events]).
+// A layer's forward is the key (what, i + 1, i): layers [0, i) hold their kept bytes and layer i its forward bytes;
+// its backward (what, i, i): layers [0, i) and layer i's backward bytes.
 struct StepEventKey {
   std::string what;         // "forward of layer 2", "after the layers", "backward of layer 0", "the rest", ...
-  int64_t layers_kept = 0;  // layers [0, layers_kept) hold their kept bytes
-  int64_t layer = -1;       // its own layer's backward bytes add
+  int64_t layers_kept = 0;  // layers [0, layers_kept) hold their kept bytes (but a forward's own layer: see above)
+  int64_t layer = -1;       // its own layer's forward or backward bytes add
+  bool forward() const { return layer >= 0 && layers_kept == layer + 1; }
   bool operator<(const StepEventKey& o) const {
     return std::tie(layers_kept, layer, what) < std::tie(o.layers_kept, o.layer, o.what);
   }
@@ -62,6 +65,7 @@ struct StepCandidate {
   int64_t backward_bytes = 0;
   double micros = 0;
   bool checkpointed = true;
+  int64_t forward_bytes = 0;  // StepChoice::forward_bytes
 };
 
 struct StepLayerPlan {
@@ -72,6 +76,7 @@ struct StepLayerPlan {
   int64_t backward_bytes = 0;
   int64_t off_bytes = 0;
   double micros = 0;
+  int64_t forward_bytes = 0;
 };
 
 struct StepRecord {
@@ -152,6 +157,8 @@ class StepTarget {
   std::vector<std::shared_ptr<BudgetRegion>> regions_;
   const int64_t params_bytes_, grads_bytes_;
   std::vector<StepLayerPlan> plans_;
+  // Per layer, its forward's bytes in the profile step (Note [A forward, op by op]); 0 where not measured.
+  std::vector<int64_t> profiled_forward_;
   std::vector<std::vector<StepCandidate>> candidates_;
   std::map<StepEventKey, int64_t> bases_;
   std::map<StepEventKey, int64_t> measured_;  // the open step's peaks

@@ -2,6 +2,7 @@
 
 #include "replay/dead_ops.h"
 #include "replay/for_each_tensor.h"
+#include "replay/tracking_allocator.h"
 #include "replay/written_arguments.h"
 
 #include <c10/core/Device.h>
@@ -16,6 +17,8 @@ void OpProfile::begin(bool active) {
   last_.reset();
   last_op_.reset();
   pending_reads_.clear();
+  // Note [A forward, op by op] (policy/budget_policy.cpp): the live bytes are measured while the tracker counts.
+  live_start_ = active && TrackingAllocator::installed() ? TrackingAllocator::instance().currentBytes() : -1;
   last_end_ = std::chrono::steady_clock::now();
 }
 
@@ -99,6 +102,11 @@ void OpProfile::record(Policy& policy, const c10::OperatorHandle& op, int64_t oc
   profile.collective = name.name.rfind("c10d::", 0) == 0 || name.name.rfind("_c10d_functional::", 0) == 0;
   profile.gap_micros = pending_gap_micros_;
   pending_gap_micros_ = 0;
+  // Note [A forward, op by op]: CPU returns only (the tracker counts CPU tensors).
+  if (live_start_ >= 0 && found && device.is_cpu()) {
+    profile.live_bytes = TrackingAllocator::instance().currentBytes() - live_start_;
+  }
+  profile.freed = ids_.takeFreed();
   flush(policy);
   last_ = std::make_unique<ProfiledOp>(std::move(profile));
   last_op_ = op;

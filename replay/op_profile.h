@@ -68,6 +68,7 @@ class OpProfile {
   // the host time from then to the running op's start.
   std::chrono::steady_clock::time_point last_end_;
   double pending_gap_micros_ = 0;
+  int64_t live_start_ = -1;  // the tracker's live bytes when the profile began; -1: not measured
   std::unique_ptr<ProfiledOp> last_;    // handed to the policy when the next counted op arrives
   std::optional<c10::OperatorHandle> last_op_;
 };

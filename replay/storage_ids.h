@@ -12,7 +12,9 @@
 
 #include <cstdint>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
+#include <vector>
 
 namespace hpac {
 
@@ -42,12 +44,24 @@ class StorageIds {
   int64_t fresh() { return next_++; }
   bool empty() const { return ids_.empty(); }
   // Forgets the storages (ids keep counting up).
-  void clear() { ids_.clear(); }
+  void clear() {
+    ids_.clear();
+    reported_.clear();
+  }
+  // The ids of the named storages freed since the last call (each reported once).
+  std::vector<int64_t> takeFreed() {
+    std::vector<int64_t> out;
+    for (const auto& [impl, entry] : ids_) {
+      if (entry.first.expired() && reported_.insert(entry.second).second) out.push_back(entry.second);
+    }
+    return out;
+  }
 
  private:
   // Weak references keep the StorageImpl objects (not their data) allocated,
   // so an address seen here cannot be reused by a later storage.
   std::unordered_map<const c10::StorageImpl*, std::pair<c10::weak_intrusive_ptr<c10::StorageImpl>, int64_t>> ids_;
+  std::unordered_set<int64_t> reported_;  // freed ids takeFreed() returned
   int64_t next_ = 0;
 };
 

@@ -61,7 +61,7 @@ void MemoryTargetFront::hookBackward(const at::Tensor& t, StepEventKey event) {
 
 void MemoryTargetFront::layerBegin(int64_t i, const std::vector<at::Tensor>& inputs) {
   target_->layerCalled(i);
-  mark(StepEventKey{"forward of layer " + std::to_string(i), i + 1, -1});
+  mark(StepEventKey{"forward of layer " + std::to_string(i), i + 1, i});
   if (i == 0 && !inputs.empty()) hookBackward(inputs[0], StepEventKey{kStepRest, 0, -1});
 }
 

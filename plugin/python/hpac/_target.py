@@ -103,6 +103,7 @@ class LayerPlan:
     backward_bytes: int = 0
     off_bytes: int = 0
     recompute_micros: float = 0.0
+    forward_bytes: int = 0  # what its forward holds at its highest moment (Note [A forward, op by op])
 
 
 @dataclass(eq=False)
@@ -220,7 +221,7 @@ class MemoryTarget:
         if not torch.is_grad_enabled():
             return
         self._target.layer_called(i)
-        self._mark((f"forward of layer {i}", i + 1, -1))
+        self._mark((f"forward of layer {i}", i + 1, i))
         if i == 0:
             x = _first_tensor(list(args) + list(kwargs.values()))
             if x is not None and x.requires_grad:
@@ -273,14 +274,15 @@ class MemoryTarget:
         if self._world() is None:
             return
         everyone = self._gather([list(x) for x in self._target.candidates()])
-        counts, budget, kept, backward, micros, ckpt = everyone[0]
+        counts, budget, kept, backward, micros, ckpt, forward = everyone[0]
         if any(theirs[0] != counts for theirs in everyone):
             raise MemoryTargetError(f"hpac: memory target: the ranks' layers have {[e[0] for e in everyone]} "
                                     "candidate plans; every rank must run the same layers")
         mine = list(self._target.candidates())
         kept = [max(theirs[2][k] for theirs in everyone) for k in range(len(kept))]
         backward = [max(theirs[3][k] for theirs in everyone) for k in range(len(backward))]
-        self._target.set_candidates(counts, mine[1], kept, backward, micros, mine[5])
+        forward = [max(theirs[6][k] for theirs in everyone) for k in range(len(forward))]
+        self._target.set_candidates(counts, mine[1], kept, backward, micros, mine[5], forward)
 
     # --- reading ---------------------------------------------------------------------------------------------
     def watch_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
@@ -297,8 +299,9 @@ class MemoryTarget:
 
     def report(self) -> Dict[str, Any]:
         """{'target_bytes', 'predicted_bytes', 'predicted_event', 'planned_at_step', 'error', 'layers': [per layer:
-        path, checkpointed, budget_bytes, kept_bytes, backward_bytes, off_bytes, recompute_micros], 'events': {what:
-        base bytes}, 'history': [per finished step: measured (and predicted) peak and what set them]}."""
+        path, checkpointed, budget_bytes, kept_bytes, backward_bytes, forward_bytes, off_bytes, recompute_micros],
+        'events': {what: base bytes}, 'history': [per finished step: measured (and predicted) peak and what set
+        them]}."""
         return json.loads(self._target.report_json())
 
     @property
