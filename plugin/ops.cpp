@@ -201,17 +201,25 @@ class BudgetRegionHandle : public torch::CustomClassHolder {
   std::string stage() const { return toString(region_->status().stage); }
 
   // Note [The step's peak as events] (policy/step_plan.h): per budget in bytes, (budget, kept bytes, of them the
-  // bytes autograd does not save, predicted recompute µs); and replan to one of them.
-  std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>, std::vector<double>> candidates(
-      const std::vector<int64_t>& budgets) const {
-    std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>, std::vector<double>> out;
+  // bytes autograd does not save, predicted recompute µs, the forward's bytes: Note [A forward, op by op]); and
+  // replan to one of them.
+  using RegionCandidates = std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
+                                      std::vector<double>, std::vector<int64_t>>;
+  RegionCandidates candidates(const std::vector<int64_t>& budgets) const {
+    RegionCandidates out;
     for (const BudgetRegion::Candidate& c : region_->candidates(budgets)) {
       std::get<0>(out).push_back(c.budget_bytes);
       std::get<1>(out).push_back(c.kept_bytes);
       std::get<2>(out).push_back(c.unread_bytes);
       std::get<3>(out).push_back(c.micros);
+      std::get<4>(out).push_back(c.forward_bytes);
     }
     return out;
+  }
+  // Note [A forward, op by op]: (the profile's forward as it ran, the forward unwrapped); -1 where not measured.
+  std::tuple<int64_t, int64_t> forwardBytes() const {
+    const BudgetRegion::ForwardBytes f = region_->forwardBytes();
+    return {f.profiled, f.off};
   }
   void replan(int64_t budget_bytes) { region_->replan(budget_bytes); }
   const std::shared_ptr<BudgetRegion>& region() const { return region_; }
@@ -458,10 +466,11 @@ struct StepProblem {
 
 StepProblem stepProblem(const std::vector<int64_t>& counts, const std::vector<int64_t>& kept,
                         const std::vector<int64_t>& backward, const std::vector<double>& micros,
-                        const std::vector<int64_t>& event_base, const std::vector<int64_t>& event_kept,
-                        const std::vector<int64_t>& event_layer) {
-  TORCH_CHECK(kept.size() == backward.size() && kept.size() == micros.size(), "hpac.plan_step: ", kept.size(),
-              " kept sizes, ", backward.size(), " backward sizes and ", micros.size(), " times; allowed: as many");
+                        const std::vector<int64_t>& forward, const std::vector<int64_t>& event_base,
+                        const std::vector<int64_t>& event_kept, const std::vector<int64_t>& event_layer) {
+  TORCH_CHECK(kept.size() == backward.size() && kept.size() == micros.size() && kept.size() == forward.size(),
+              "hpac.plan_step: ", kept.size(), " kept sizes, ", backward.size(), " backward sizes, ", micros.size(),
+              " times and ", forward.size(), " forward sizes; allowed: as many");
   TORCH_CHECK(event_base.size() == event_kept.size() && event_base.size() == event_layer.size(), "hpac.plan_step: ",
               event_base.size(), " event bases, ", event_kept.size(), " kept counts and ", event_layer.size(),
               " layers; allowed: as many");
@@ -471,10 +480,12 @@ StepProblem stepProblem(const std::vector<int64_t>& counts, const std::vector<in
     TORCH_CHECK(n >= 0 && next + n <= kept.size(), "hpac.plan_step: counts ask for more candidates than the ",
                 kept.size(), " given");
     p.layers.emplace_back();
-    for (int64_t k = 0; k < n; ++k, ++next) p.layers.back().push_back(StepChoice{kept[next], backward[next], micros[next]});
+    for (int64_t k = 0; k < n; ++k, ++next) {
+      p.layers.back().push_back(StepChoice{kept[next], backward[next], micros[next], forward[next]});
+    }
   }
   TORCH_CHECK(next == kept.size(), "hpac.plan_step: counts cover ", next, " of the ", kept.size(), " candidates");
-  for (size_t e = 0; e < event_base.size(); ++e) p.events.push_back(StepEvent{event_base[e], event_kept[e], event_layer[e]});
+  for (size_t e = 0; e < event_base.size(); ++e) p.events.push_back(stepEvent(event_base[e], event_kept[e], event_layer[e]));
   return p;
 }
 
@@ -516,14 +527,16 @@ void registerPlannerOps(torch::Library& m) {
                                  group_micros, group_collective);
         });
   // Note [An exact step plan] (policy/step_plan.h): the whole-step planner on candidates given as flat lists (layer j
-  // has counts[j] of them, in order) and events (base bytes, layers kept, own layer or -1). Returns (choice per
-  // layer, predicted peak, the event setting it, summed µs, fits, exact, largest front).
-  m.def("plan_step(int[] counts, int[] kept, int[] backward, float[] micros, int[] event_base, int[] event_kept, "
-        "int[] event_layer, int target_bytes) -> (int[], int, int, float, bool, bool, int)",
+  // has counts[j] of them, in order) and events (base bytes, layers kept, own layer or -1, as stepEvent() reads
+  // them). Returns (choice per layer, predicted peak, the event setting it, summed µs, fits, exact, largest front).
+  m.def("plan_step(int[] counts, int[] kept, int[] backward, float[] micros, int[] forward, int[] event_base, "
+        "int[] event_kept, int[] event_layer, int target_bytes) -> (int[], int, int, float, bool, bool, int)",
         [](const std::vector<int64_t>& counts, const std::vector<int64_t>& kept, const std::vector<int64_t>& backward,
-           const std::vector<double>& micros, const std::vector<int64_t>& event_base,
-           const std::vector<int64_t>& event_kept, const std::vector<int64_t>& event_layer, int64_t target_bytes) {
-          const StepProblem p = stepProblem(counts, kept, backward, micros, event_base, event_kept, event_layer);
+           const std::vector<double>& micros, const std::vector<int64_t>& forward,
+           const std::vector<int64_t>& event_base, const std::vector<int64_t>& event_kept,
+           const std::vector<int64_t>& event_layer, int64_t target_bytes) {
+          const StepProblem p =
+              stepProblem(counts, kept, backward, micros, forward, event_base, event_kept, event_layer);
           const StepPlan plan = planStep(p.layers, p.events, target_bytes);
           return std::make_tuple(plan.choice, plan.peak_bytes, plan.peak_event, plan.micros, plan.fits, plan.exact,
                                  plan.front_states);
@@ -586,6 +599,7 @@ void registerClasses(torch::Library& m) {
       .def("groups", &BudgetRegionHandle::groups)
       .def("plan_text_keeping", &BudgetRegionHandle::planTextKeeping)
       .def("candidates", &BudgetRegionHandle::candidates)
+      .def("forward_bytes", &BudgetRegionHandle::forwardBytes)
       .def("replan", &BudgetRegionHandle::replan);
   m.class_<StepTargetHandle>("StepTarget")
       .def(torch::init<int64_t, int64_t, int64_t>())

@@ -347,13 +347,13 @@ void BudgetRegion::checkProfiled(const char* what) const {
 // highest moment of its forward under a plan: its transients and what the plan has kept so far. The profile's
 // largest transient plus everything the plan keeps bounds it from above, loosely: a layer's largest transient (the
 // experts' hidden states, the attention scores) comes part-way, before the later ops' kept outputs exist. A profile
-// run while hpac's tracking allocator counts records per op the bytes alive when it returned (transients only: the
-// profile keeps nothing) and the storages freed since the op before. Under a plan keeping a set of storages, the
-// bytes alive after op k are the profile's plus the kept storages made by op k or earlier that the profile had
-// already freed; the forward's bytes are the largest over k. What lives only inside one op (a kernel's scratch)
-// is not sampled: it stays in the event's base, measured at the profile step, and a later step measuring more
-// raises the base. Without the tracker's numbers (a region on an accelerator, tracking off) forwardBytes is -1
-// and the step planner uses the bound.
+// run while hpac's tracking allocator counts records per op the most bytes alive in the span from the op before's
+// return to its own (the tracker's third peak: kernels' scratch and ignored ops included; transients only: the
+// profile keeps nothing) and the storages freed in that span. Under a plan keeping a set of storages, the bytes
+// alive at any moment of span k are at most the profile's peak of the span plus the kept storages made by op k or
+// earlier that the profile had freed by its end; the forward's bytes are the largest over k: an upper bound that
+// is exact where the kept storages outlive the span's peak in the profile too. Without the tracker's numbers (a
+// region on an accelerator, tracking off) forwardBytes is -1 and the step planner uses the looser bound.
 namespace {
 
 int64_t forwardBytes(const std::vector<ProfiledOp>& profile, const std::function<bool(size_t, int64_t)>& keeps) {

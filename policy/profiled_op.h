@@ -57,11 +57,11 @@ struct ProfiledOp {
   // kNeverHeld: a tensor no plan can keep (made by an op hpac does not count).
   double gap_micros = 0;
   std::vector<int64_t> autograd_saves;
-  // Note [A forward, op by op] (policy/budget_policy.cpp): the CPU tensor bytes
-  // alive when the op returned, above those alive when the forward began (-1:
-  // not measured: hpac's tracking allocator is not installed, or the op's
-  // returns are not on the CPU), and the ids of the storages named earlier in
-  // the profile that were freed since the op before it returned.
+  // Note [A forward, op by op] (policy/budget_policy.cpp): the most CPU tensor
+  // bytes alive from the op before's return to this op's, above those alive
+  // when the forward began (-1: not measured: hpac's tracking allocator is not
+  // installed, or the op's returns are not on the CPU), and the ids of the
+  // storages named earlier in the profile that were freed in that span.
   int64_t live_bytes = -1;
   std::vector<int64_t> freed;
 };

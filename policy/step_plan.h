@@ -72,6 +72,13 @@ struct StepEvent {
   bool forward = false;     // the forward of `layer` (else its backward)
 };
 
+// The front-ends' form of an event, (base, layers kept, layer): (i + 1, i) is the forward of layer i (layers
+// [0, i) keep, layer i adds its forward bytes), (i, i) its backward, (m, -1) an event of no layer.
+inline StepEvent stepEvent(int64_t base_bytes, int64_t layers_kept, int64_t layer) {
+  const bool forward = layer >= 0 && layers_kept == layer + 1;
+  return StepEvent{base_bytes, forward ? layer : layers_kept, layer, forward};
+}
+
 struct StepPlan {
   std::vector<int64_t> choice;  // per layer, an index into its candidates
   int64_t peak_bytes = 0;       // predicted

@@ -203,10 +203,7 @@ std::pair<std::vector<std::vector<StepChoice>>, std::vector<StepEvent>> StepTarg
       p.first.back().push_back(StepChoice{c.kept_bytes, c.backward_bytes, c.micros, c.forward_bytes});
     }
   }
-  for (const auto& [event, base] : bases_) {
-    p.second.push_back(event.forward() ? StepEvent{base, event.layer, event.layer, true}
-                                       : StepEvent{base, event.layers_kept, event.layer, false});
-  }
+  for (const auto& [event, base] : bases_) p.second.push_back(stepEvent(base, event.layers_kept, event.layer));
   return p;
 }
 

@@ -45,8 +45,7 @@
 namespace hpac {
 
 // One event of a step (Note [The step's peak as events]).
-// A layer's forward is the key (what, i + 1, i): layers [0, i) hold their kept bytes and layer i its forward bytes;
-// its backward (what, i, i): layers [0, i) and layer i's backward bytes.
+// (layers_kept, layer) as stepEvent() (policy/step_plan.h) reads them: (i + 1, i) the forward of layer i.
 struct StepEventKey {
   std::string what;         // "forward of layer 2", "after the layers", "backward of layer 0", "the rest", ...
   int64_t layers_kept = 0;  // layers [0, layers_kept) hold their kept bytes (but a forward's own layer: see above)

@@ -18,7 +18,11 @@ void OpProfile::begin(bool active) {
   last_op_.reset();
   pending_reads_.clear();
   // Note [A forward, op by op] (policy/budget_policy.cpp): the live bytes are measured while the tracker counts.
-  live_start_ = active && TrackingAllocator::installed() ? TrackingAllocator::instance().currentBytes() : -1;
+  live_start_ = -1;
+  if (active && TrackingAllocator::installed()) {
+    live_start_ = TrackingAllocator::instance().currentBytes();
+    TrackingAllocator::instance().takeOpPeak();
+  }
   last_end_ = std::chrono::steady_clock::now();
 }
 
@@ -104,7 +108,7 @@ void OpProfile::record(Policy& policy, const c10::OperatorHandle& op, int64_t oc
   pending_gap_micros_ = 0;
   // Note [A forward, op by op]: CPU returns only (the tracker counts CPU tensors).
   if (live_start_ >= 0 && found && device.is_cpu()) {
-    profile.live_bytes = TrackingAllocator::instance().currentBytes() - live_start_;
+    profile.live_bytes = TrackingAllocator::instance().takeOpPeak() - live_start_;
   }
   profile.freed = ids_.takeFreed();
   flush(policy);

@@ -66,11 +66,10 @@ c10::DataPtr TrackingAllocator::allocate(size_t nbytes) HPAC_ALLOCATOR_CONST {
   const c10::Device device = inner.device();
   const auto bytes = static_cast<int64_t>(nbytes);
   const int64_t now = current_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  int64_t peak = peak_.load(std::memory_order_relaxed);
-  while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-  }
-  int64_t event_peak = event_peak_.load(std::memory_order_relaxed);
-  while (now > event_peak && !event_peak_.compare_exchange_weak(event_peak, now, std::memory_order_relaxed)) {
+  for (std::atomic<int64_t>* counter : {&peak_, &event_peak_, &op_peak_}) {
+    int64_t peak = counter->load(std::memory_order_relaxed);
+    while (now > peak && !counter->compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
   }
   allocations_.fetch_add(1, std::memory_order_relaxed);
   if (data == nullptr) return c10::DataPtr(nullptr, nullptr, nullptr, device);  // zero bytes

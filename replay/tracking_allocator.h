@@ -60,6 +60,9 @@ class TrackingAllocator final : public c10::Allocator {
   int64_t takeEventPeak() {
     return event_peak_.exchange(currentBytes(), std::memory_order_relaxed);
   }
+  // A third, the budget profile's (Note [A forward, op by op], policy/budget_policy.cpp): the peak since the last
+  // take, op by op.
+  int64_t takeOpPeak() { return op_peak_.exchange(currentBytes(), std::memory_order_relaxed); }
 
   // Timeline (explain, replay/explain.h): while set, the bytes alive after
   // every allocation and free are appended to `*out` (TimelineCapture owns
@@ -99,6 +102,7 @@ class TrackingAllocator final : public c10::Allocator {
   mutable std::atomic<int64_t> current_{0};
   mutable std::atomic<int64_t> peak_{0};
   mutable std::atomic<int64_t> event_peak_{0};
+  mutable std::atomic<int64_t> op_peak_{0};
   mutable std::atomic<int64_t> allocations_{0};
   mutable std::atomic<int64_t> fail_countdown_{0};
   struct Live {

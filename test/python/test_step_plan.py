@@ -13,9 +13,10 @@ optimize = pytest.importorskip("scipy.optimize")
 
 
 def _events(n, fixed, head, recompute):
-    """Note [The step's peak as events]: a forward event per layer, the head, a backward event per layer (whose
-    recompute grows towards the first layer, as gradients pile up)."""
-    ev = [(fixed, i + 1, -1) for i in range(n)] + [(fixed + head, n, -1)]
+    """Note [The step's peak as events]: a forward event per layer ((i + 1, i): the layers before it keep, it holds
+    its forward bytes), the head, a backward event per layer (whose recompute grows towards the first layer, as
+    gradients pile up)."""
+    ev = [(fixed, i + 1, i) for i in range(n)] + [(fixed + head, n, -1)]
     return ev + [(fixed + recompute + 10 * (n - i), i, i) for i in range(n)]
 
 
@@ -29,7 +30,9 @@ def _milp(layers, events, target):
         lo.append(1)
         hi.append(1)
     for base, m, own in events:
-        rows.append([(layers[j][c][0] if j < m else 0) + (layers[j][c][1] if j == own else 0) for j, c in index])
+        forward = own >= 0 and m == own + 1  # its own layer adds its forward bytes, not its kept bytes
+        rows.append([(layers[j][c][0] if j < m and not (forward and j == own) else 0)
+                     + (layers[j][c][3 if forward else 1] if j == own else 0) for j, c in index])
         lo.append(-np.inf)
         hi.append(target - base)
     res = optimize.milp(cost, constraints=optimize.LinearConstraint(np.array(rows, dtype=float), lo, hi),
@@ -44,10 +47,12 @@ def test_the_step_plan_is_the_milps_optimum(seed):
     layers = []
     for _ in range(n):
         off = rng.randint(500, 2000)
-        cands = [(off, 0, 0.0)]  # unwrapped
+        transient = rng.randint(0, off)  # a forward holds its transients and what it has kept so far
+        cands = [(off, 0, 0.0, off + rng.randint(0, transient))]  # unwrapped
         for b in range(k - 1):  # kept bytes grow, recompute time falls, as a budget's candidates do
             kept = off * b // (k - 1)
-            cands.append((kept, rng.randint(0, kept // 8 + 1), rng.uniform(0.5, 1.0) * 100 * (k - 1 - b) + 20))
+            cands.append((kept, rng.randint(0, kept // 8 + 1), rng.uniform(0.5, 1.0) * 100 * (k - 1 - b) + 20,
+                          max(transient, kept + rng.randint(0, transient))))
         layers.append(cands)
     events = _events(n, 100_000, rng.randint(0, 3000), rng.randint(500, 3000))
     floor = max(b for b, _, _ in events)
@@ -55,7 +60,7 @@ def test_the_step_plan_is_the_milps_optimum(seed):
     flat = [c for cands in layers for c in cands]
     choice, peak, _, micros, fits, exact, _ = torch.ops.hpac.plan_step(
         [len(c) for c in layers], [c[0] for c in flat], [c[1] for c in flat], [float(c[2]) for c in flat],
-        [e[0] for e in events], [e[1] for e in events], [e[2] for e in events], target)
+        [c[3] for c in flat], [e[0] for e in events], [e[1] for e in events], [e[2] for e in events], target)
     best = _milp(layers, events, target)
     assert fits == (best is not None)
     if fits:
@@ -68,6 +73,6 @@ def test_the_step_plan_is_the_milps_optimum(seed):
 
 def test_malformed_problems_are_errors_naming_them():
     with pytest.raises(RuntimeError, match="layer 0 has no candidate plans"):
-        torch.ops.hpac.plan_step([0], [], [], [], [], [], [], 10)
+        torch.ops.hpac.plan_step([0], [], [], [], [], [], [], [], 10)
     with pytest.raises(RuntimeError, match="counts 3 layers' kept bytes; allowed: 0 to 1"):
-        torch.ops.hpac.plan_step([1], [1], [0], [0.0], [0], [3], [-1], 10)
+        torch.ops.hpac.plan_step([1], [1], [0], [0.0], [1], [0], [3], [-1], 10)
