@@ -17,8 +17,10 @@ top-8 of --experts experts of width 768, vocabulary --vocab), --layers layers, -
     GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296 \\
       .venv/bin/python bench/memory_target.py [--targets 6] [--steps 5] [--warmup 2]
     .venv/bin/python bench/memory_target.py --plot bench/results/memory_target.json docs/results_memory_target.svg
-    ... bench/memory_target.py --shapes 30b --layers 2 --batch 3 --seq 1024 --steps 1 --targets 4 \\
-      --out bench/results/memory_target_30b_2.json
+    ... bench/memory_target.py --shapes 30b --layers 2 --batch 2 --seq 1024 --out bench/results/memory_target_30b_2.json
+    ... bench/memory_target.py --shapes 30b --layers 4 --batch 1 --seq 1024 --out bench/results/memory_target_30b_4.json
+    ... bench/memory_target.py --shapes 30b --layers 1 --batch 2 --seq 1024 --fixed off,full,selective,budget:0.5 \\
+      --out bench/results/memory_target_30b_1.json
 """
 import argparse
 import gc

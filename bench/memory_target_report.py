@@ -69,14 +69,20 @@ def memory_target(r):
 
 
 def memory_target_30b(r):
-    """The same sweep at Qwen3-30B-A3B's layer shapes (bench/memory_target.py --shapes 30b --layers 2)."""
-    return _sweep(load(r, "memory_target_30b_2.json"))
+    """The same sweep at Qwen3-30B-A3B's layer shapes, 1, 2 and 4 layers (bench/memory_target.py --shapes 30b)."""
+    out = []
+    for layers in (1, 2, 4):
+        d = load(r, f"memory_target_30b_{layers}.json")
+        out += [f"**{layers} layer{'s' if layers > 1 else ''}** (`bench/results/memory_target_30b_{layers}.json`)", ""]
+        out += _sweep(d) + [""]
+    return out[:-1]
 
 
 def _sweep(d):
     load_avg = f", 1-minute load average {d['load_average_at_end']:.1f} at the end" if "load_average_at_end" in d else ""
     fixed = d["fixed"]
-    out = [f"Measured by `bench/memory_target.py` (torch {d['torch']}, {d['threads']} thread on {d['cpus']} CPUs"
+    commit = f" at commit {d['commit']}" if d.get("commit") else ""
+    out = [f"Measured by `bench/memory_target.py`{commit} (torch {d['torch']}, {d['threads']} thread on {d['cpus']} CPUs"
            f"{load_avg}, GLIBC_TUNABLES={d['glibc_tunables'] or '(unset)'}; {_shapes(d)}, AdamW; "
            f"{d['warmup']} warm-up and {d['steps']} measured steps per run, one run after another in one process; "
            "peak: the process's live CPU tensor bytes over forward, backward and optimizer step; time: median thread "
@@ -102,6 +108,9 @@ def _sweep(d):
                    f"{s['fastest_fixed_thread_s'] * 1e3 if best else 0:.0f} ms | {ratio} | "
                    f"{'yes' if s['losses_equal_off'] else 'NO'} |")
     ran = [s for s in d["sweep"] if "error" not in s]
+    if not d["sweep"]:
+        return out[:4] + [f"Full's measured peak ({_mib(fixed['full']['peak_bytes'])}) is not below off's "
+                          f"({_mib(fixed['off']['peak_bytes'])}): no target lies between them, so none was run."]
     if not ran:
         return out + ["", "Every target was below the predicted floor."]
     over = sum(s["measured_bytes"] > s["target_bytes"] for s in ran)
@@ -110,4 +119,9 @@ def _sweep(d):
     out += ["", f"{over} of {len(ran)} targets run measured over the target ({below} below the predicted floor, "
             f"refused); slack {100 * min(s['slack'] for s in ran):.1f}–{100 * max(s['slack'] for s in ran):.1f}%; "
             f"largest prediction error {100 * worst:.2f}% of the measured peak."]
+    timed = [s["median_thread_s"] / s["fastest_fixed_thread_s"] for s in ran if s["fastest_fixed"]]
+    if timed:
+        out[-1] += (f" Step time against the fastest fitting fixed mode: {min(timed):.2f}–{max(timed):.2f}×; at most "
+                    f"1.00× at {sum(t <= 1.0 for t in timed)} of {len(timed)} targets, at least 10% faster at "
+                    f"{sum(t <= 0.9 for t in timed)}.")
     return out

@@ -312,6 +312,8 @@ class StepTargetHandle : public torch::CustomClassHolder {
     }
     return out;
   }
+  int64_t margin() { return t().margin(); }
+  void setMargin(int64_t margin) { t().setMargin(margin); }
   void setBases(const std::vector<std::string>& what, const std::vector<int64_t>& kept, const std::vector<int64_t>& layer,
                 const std::vector<int64_t>& bytes) {
     TORCH_CHECK(what.size() == kept.size() && what.size() == layer.size() && what.size() == bytes.size(),
@@ -485,7 +487,9 @@ StepProblem stepProblem(const std::vector<int64_t>& counts, const std::vector<in
     }
   }
   TORCH_CHECK(next == kept.size(), "hpac.plan_step: counts cover ", next, " of the ", kept.size(), " candidates");
-  for (size_t e = 0; e < event_base.size(); ++e) p.events.push_back(stepEvent(event_base[e], event_kept[e], event_layer[e]));
+  for (size_t e = 0; e < event_base.size(); ++e) {
+    p.events.push_back(stepEvent(event_base[e], event_kept[e], event_layer[e]));
+  }
   return p;
 }
 
@@ -621,7 +625,9 @@ void registerClasses(torch::Library& m) {
       .def("bases", &StepTargetHandle::bases)
       .def("set_bases", &StepTargetHandle::setBases)
       .def("candidates", &StepTargetHandle::candidates)
-      .def("set_candidates", &StepTargetHandle::setCandidates);
+      .def("set_candidates", &StepTargetHandle::setCandidates)
+      .def("margin", &StepTargetHandle::margin)
+      .def("set_margin", &StepTargetHandle::setMargin);
 
   m.class_<TracedPolicyHandle>("TracedPolicy")
       .def(torch::init<std::string, std::vector<std::string>, bool, bool>())

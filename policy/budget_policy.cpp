@@ -415,7 +415,8 @@ std::vector<BudgetRegion::Candidate> BudgetRegion::candidates(const std::vector<
       }
     }
     c.unread_bytes += scratch;
-    c.forward_bytes = hpac::forwardBytes(profile_, [&](size_t i, int64_t) { return plan.save[i] && !profile_[i].view; });
+    c.forward_bytes =
+        hpac::forwardBytes(profile_, [&](size_t i, int64_t) { return plan.save[i] && !profile_[i].view; });
     out.push_back(c);
   }
   return out;

@@ -23,7 +23,8 @@ void checkProblem(const std::vector<std::vector<StepChoice>>& layers, const std:
     TORCH_CHECK(ev.layers_kept >= 0 && ev.layers_kept <= n, "hpac step plan: event ", e, " counts ",
                 ev.layers_kept, " layers' kept bytes; allowed: 0 to ", n);
     TORCH_CHECK(ev.layer < 0 || (ev.layer < n && ev.layers_kept == ev.layer), "hpac step plan: event ", e,
-                " is the ", ev.forward ? "forward" : "backward", " of layer ", ev.layer, " with ", ev.layers_kept, " layers kept; allowed: layer in [0, ",
+                " is the ", ev.forward ? "forward" : "backward", " of layer ", ev.layer, " with ", ev.layers_kept,
+                " layers kept; allowed: layer in [0, ",
                 n, ") with exactly the layers before it kept");
   }
 }
@@ -81,7 +82,8 @@ int64_t stepPeak(const std::vector<std::vector<StepChoice>>& layers, const std::
   int64_t peak = std::numeric_limits<int64_t>::min(), at = -1;
   for (size_t e = 0; e < events.size(); ++e) {
     const StepEvent& ev = events[e];
-    const int64_t live = ev.base_bytes + prefix[ev.layers_kept] + (ev.layer >= 0 ? own(ev, layers[ev.layer][choice[ev.layer]]) : 0);
+    const int64_t live =
+        ev.base_bytes + prefix[ev.layers_kept] + (ev.layer >= 0 ? own(ev, layers[ev.layer][choice[ev.layer]]) : 0);
     if (live > peak) {
       peak = live;
       at = static_cast<int64_t>(e);
@@ -119,7 +121,9 @@ StepPlan planStep(const std::vector<std::vector<StepChoice>>& layers, const std:
       for (size_t c = 0; c < layers[j].size(); ++c) {
         const StepChoice& choice = layers[j][c];
         bool ok = true;
-        for (const StepEvent* ev : of_layer[j]) ok = ok && ev->base_bytes + front[s].bytes + own(*ev, choice) <= target_bytes;
+        for (const StepEvent* ev : of_layer[j]) {
+          ok = ok && ev->base_bytes + front[s].bytes + own(*ev, choice) <= target_bytes;
+        }
         const int64_t bytes = front[s].bytes + choice.kept_bytes;
         if (ok && fits(j + 1, bytes)) {
           next.push_back(State{bytes, front[s].micros + choice.micros, static_cast<int64_t>(s), static_cast<int64_t>(c)});

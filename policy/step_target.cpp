@@ -133,6 +133,14 @@ std::vector<StepMessage> StepTarget::finishStep(int64_t fragmentation_bytes) {
       bases_[event] = it == bases_.end() ? base : std::max(it->second, base);
     }
   }
+  // Note [Room after a step over the target]
+  // A step over the target was predicted short by the shortfall: whatever made it (a part of the step the events
+  // do not model exactly; MoE routing keeping more in this batch than in the profile's), the bases it raised cover
+  // that step, not the next batch. So the plans made after it keep that much room below the target (margin(): the
+  // largest shortfall so far), as long as a plan fits with it; otherwise the plan for the target itself.
+  if (row.planned && row.measured_bytes + row.fragmentation_bytes > target_bytes_) {
+    margin_ = std::max(margin_, row.measured_bytes + row.fragmentation_bytes - predicted_bytes_);
+  }
   measured_.clear();
   return out;
 }
@@ -209,6 +217,10 @@ std::pair<std::vector<std::vector<StepChoice>>, std::vector<StepEvent>> StepTarg
 
 StepPlan StepTarget::solve() const {
   const auto [layers, events] = problem();
+  if (margin_ > 0) {  // Note [Room after a step over the target]
+    StepPlan p = planStep(layers, events, target_bytes_ - margin_);
+    if (p.fits) return p;
+  }
   return planStep(layers, events, target_bytes_);
 }
 
@@ -256,6 +268,9 @@ std::vector<StepMessage> StepTarget::plan(const std::string& why) {
     text += std::to_string(checkpointed) + " of " + std::to_string(plans_.size()) + " layers checkpointed, the layers keep " +
             formatBytes(kept) + "; predicted peak " + formatBytes(p.peak_bytes) + " at " + what + ", recompute " + us +
             " µs per step predicted";
+  }
+  if (margin_ > 0 && p.peak_bytes <= target_bytes_ - margin_) {  // Note [Room after a step over the target]
+    text += " (keeping " + formatBytes(margin_) + " below the target, what a step over it was predicted short)";
   }
   return {StepMessage{false, text}};
 }
@@ -305,7 +320,8 @@ std::vector<std::pair<int64_t, double>> StepTarget::uniformPlans() const {
 std::string StepTarget::reportJson() const {
   std::string out = "{\"target_bytes\": " + std::to_string(target_bytes_) + ", \"predicted_bytes\": " +
                     std::to_string(predicted_bytes_) + ", \"predicted_event\": " + jsonString(predicted_event_) +
-                    ", \"planned_at_step\": " + std::to_string(planned_at_) + ", \"error\": " + jsonString(error_) +
+                    ", \"planned_at_step\": " + std::to_string(planned_at_) + ", \"margin_bytes\": " +
+                    std::to_string(margin_) + ", \"error\": " + jsonString(error_) +
                     ", \"layers\": [";
   for (size_t i = 0; i < plans_.size(); ++i) {
     const StepLayerPlan& p = plans_[i];

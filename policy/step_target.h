@@ -33,6 +33,7 @@
 #include "policy/budget_policy.h"
 #include "policy/step_plan.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -131,6 +132,9 @@ class StepTarget {
   // --- what the front-ends read and exchange ------------------------------------------------------------------
   const std::map<StepEventKey, int64_t>& bases() const { return bases_; }
   void setBases(std::map<StepEventKey, int64_t> bases) { bases_ = std::move(bases); }
+  // Note [Room after a step over the target] (step_target.cpp): the room later plans keep below the target.
+  int64_t margin() const { return margin_; }
+  void setMargin(int64_t margin) { margin_ = std::max<int64_t>(0, margin); }
   const std::vector<std::vector<StepCandidate>>& candidates() const { return candidates_; }
   void setCandidates(std::vector<std::vector<StepCandidate>> candidates);
   const std::vector<StepLayerPlan>& layerPlans() const { return plans_; }
@@ -166,6 +170,7 @@ class StepTarget {
   int64_t steps_ = 0;
   int64_t start_bytes_ = 0;  // live bytes at the open (or last) step's start
   int64_t planned_at_ = 0;
+  int64_t margin_ = 0;
   int64_t predicted_bytes_ = 0;
   std::string predicted_event_;
   std::deque<StepRecord> history_;

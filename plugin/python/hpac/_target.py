@@ -263,9 +263,11 @@ class MemoryTarget:
         if self._world() is None:
             return
         merged: Dict[Event, int] = {}
-        for what, kept, layer, base in self._gather([list(x) for x in self._target.bases()]):
+        everyone = self._gather(([list(x) for x in self._target.bases()], self._target.margin()))
+        for (what, kept, layer, base), _ in everyone:
             for event in zip(what, kept, layer, base):
                 merged[event[:3]] = max(merged.get(event[:3], event[3]), event[3])
+        self._target.set_margin(max(margin for _, margin in everyone))  # Note [Room after a step over the target]
         events = list(merged)
         self._target.set_bases([e[0] for e in events], [e[1] for e in events], [e[2] for e in events],
                                [merged[e] for e in events])
@@ -298,7 +300,8 @@ class MemoryTarget:
                                   optimizer.register_step_post_hook(functools.partial(_TargetCall.step_done, self))]
 
     def report(self) -> Dict[str, Any]:
-        """{'target_bytes', 'predicted_bytes', 'predicted_event', 'planned_at_step', 'error', 'layers': [per layer:
+        """{'target_bytes', 'predicted_bytes', 'predicted_event', 'planned_at_step', 'margin_bytes' (the room plans
+        keep below the target after a step over it), 'error', 'layers': [per layer:
         path, checkpointed, budget_bytes, kept_bytes, backward_bytes, forward_bytes, off_bytes, recompute_micros],
         'events': {what: base bytes}, 'history': [per finished step: measured (and predicted) peak and what set
         them]}."""

@@ -121,7 +121,8 @@ def test_a_target_above_offs_peak_runs_off(reference):
 
 def test_a_prediction_that_falls_short_is_warned_and_tightened(reference):
     off, full = reference
-    target = int(max(full[2]) + 0.5 * (max(off[2]) - max(full[2])))
+    span = max(off[2]) - max(full[2])
+    target = int(max(full[2]) + 0.8 * span)  # room below it for the plan after the step over (see the end)
     spec = _config("off")["model"]
     model = models.qwen3_moe(spec)
     messages = []
@@ -130,13 +131,15 @@ def test_a_prediction_that_falls_short_is_warned_and_tightened(reference):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     t = prep.target
 
-    def misled():  # step 2's plan believes that every event holds 15% of the target less than step 1 measured
+    def misled():  # step 2's plan believes that every event holds 30% of off's and full's span less than measured
         what, kept, layer, base = t._target.bases()
-        t._target.set_bases(list(what), list(kept), list(layer), [b - int(0.15 * target) for b in base])
+        t._target.set_bases(list(what), list(kept), list(layer), [b - int(0.3 * span) for b in base])
 
     t._agree_candidates = misled  # called between the candidates and the plan
     for step in range(4):
-        ids = hm.token_batch(spec["vocab_size"], 4, 128, 1, step)
+        # One batch for every step: a new batch routes its tokens to the experts anew, and what a layer keeps moves
+        # with the routing (a limit the docs state); this test is about the plan made again after a step over.
+        ids = hm.token_batch(spec["vocab_size"], 4, 128, 1, 0)
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
@@ -149,6 +152,11 @@ def test_a_prediction_that_falls_short_is_warned_and_tightened(reference):
     assert any(level == "warning" and "the plan is tightened" in m for level, m in messages)
     assert all(row["measured_bytes"] <= target for row in t.history if row["step"] >= 3), t.history  # ... not again
     assert t.history[-1]["predicted_bytes"] <= target  # the plan made again from calibrated bases
+    # Note [Room after a step over the target]: the plans after it keep what it was predicted short below the target
+    shortfall = over[0]["measured_bytes"] - over[0]["predicted_bytes"]
+    assert t.report()["margin_bytes"] == shortfall > 0.1 * span, (t.report()["margin_bytes"], shortfall, span)
+    assert all(row["predicted_bytes"] <= target - shortfall for row in t.history if row["step"] >= 3), t.history
+    assert any("below the target, what a step over it was predicted short" in m for _, m in messages), messages
     del prep, model, opt
     gc.collect()
 

@@ -300,7 +300,13 @@ class _Job:
         local_ids = global_ids[layout.dp_rank * mb:(layout.dp_rank + 1) * mb]
         ref = self.reference.step(global_ids) if self.reference is not None else None
         grads = {}
-        for mode in hc.rotated(self.args.modes, step):
+        order = hc.rotated(self.args.modes, step)
+        if "budget" in self.runs and self.runs["budget"].prep.target is not None:
+            # A memory target counts every tensor of the process: run it first in every step, so that the other
+            # modes' gradients, held for the comparison with off, are never alive in its step (rotated, they are
+            # in some steps and not in others, and its measured peak moves with the order).
+            order = ["budget"] + [m for m in order if m != "budget"]
+        for mode in order:
             grads[mode] = self._train_mode(self.runs[mode], step, local_ids, ref)
         if "off" in grads:
             self._compare_with_off(grads)
