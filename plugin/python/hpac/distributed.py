@@ -11,6 +11,7 @@ expert parallel, context parallel) are test scaffolding, in hpac.harness.paralle
 """
 import hashlib
 import os
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch.distributed as dist
@@ -156,6 +157,7 @@ def share_budget_plans(prep, plan_dir: str, group=None) -> Dict[str, List[str]]:
 # One failure, reported by every rank
 
 FAILURE_KEY = "hpac/first_failure"
+REPORTED_KEY = "hpac/failures_reported"
 
 
 def fail_together(rank: int, error: BaseException, where: str) -> str:
@@ -182,3 +184,19 @@ def fail_together(rank: int, error: BaseException, where: str) -> str:
         return winner.decode() if isinstance(winner, bytes) else str(winner)
     except Exception:  # no store left: the error is this rank's own
         return mine
+
+
+def wait_for_peers_to_fail(world: int, timeout_s: float = 30.0) -> None:
+    """After this rank reported its failure (fail_together): counts it in the job's store, closes its process group
+    so that peers blocked in a collective with it fail now (on the closed connection) rather than at their timeout,
+    and waits, at most `timeout_s`, until every rank has counted its own. Without the wait, the first rank to exit
+    lets torchrun's agent stop its peers before they report. Never raises."""
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        store.add(REPORTED_KEY, 1)
+        dist.destroy_process_group()
+        deadline = time.monotonic() + timeout_s
+        while store.add(REPORTED_KEY, 0) < world and time.monotonic() < deadline:
+            time.sleep(0.05)
+    except Exception:  # no store left: nothing to wait for
+        pass

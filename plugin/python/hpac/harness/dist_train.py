@@ -167,6 +167,7 @@ def main(argv=None):
             job.train_step(step)
     except Exception as e:  # one message on every rank (hpac.distributed.fail_together)
         _log(rank, f"error: {hd.fail_together(rank, e, job.where)}")
+        hd.wait_for_peers_to_fail(world)
         return 1
     return job.finish()
 
