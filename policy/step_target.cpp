@@ -56,18 +56,18 @@ void StepTarget::record(const StepEventKey& event, int64_t peak) {
   at = std::max(at, peak);
 }
 
-int64_t StepTarget::held(const StepEventKey& event) const {
+int64_t StepTarget::held(const StepEventKey& key) const {
+  const StepEvent event = stepEvent(0, key.layers_kept, key.layer);
   const auto n = static_cast<int64_t>(plans_.size());
   const bool own = event.layer >= 0 && event.layer < n;
   if (planned_at_ == 0) {  // the profile step: every layer recomputes everything; a forward holds its transients
-    return own && event.forward() && event.layer < static_cast<int64_t>(profiled_forward_.size())
+    return own && event.forward && event.layer < static_cast<int64_t>(profiled_forward_.size())
                ? profiled_forward_[event.layer]
                : 0;
   }
   int64_t held = 0;
-  const int64_t before = event.forward() ? event.layer : event.layers_kept;
-  for (int64_t j = 0; j < before && j < n; ++j) held += plans_[j].kept_bytes;
-  if (own) held += event.forward() ? plans_[event.layer].forward_bytes : plans_[event.layer].backward_bytes;
+  for (int64_t j = 0; j < event.layers_kept && j < n; ++j) held += plans_[j].kept_bytes;
+  if (own) held += event.forward ? plans_[event.layer].forward_bytes : plans_[event.layer].backward_bytes;
   return held;
 }
 

@@ -51,7 +51,6 @@ struct StepEventKey {
   std::string what;         // "forward of layer 2", "after the layers", "backward of layer 0", "the rest", ...
   int64_t layers_kept = 0;  // layers [0, layers_kept) hold their kept bytes (but a forward's own layer: see above)
   int64_t layer = -1;       // its own layer's forward or backward bytes add
-  bool forward() const { return layer >= 0 && layers_kept == layer + 1; }
   bool operator<(const StepEventKey& o) const {
     return std::tie(layers_kept, layer, what) < std::tie(o.layers_kept, o.layer, o.what);
   }

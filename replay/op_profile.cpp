@@ -107,10 +107,10 @@ void OpProfile::record(Policy& policy, const c10::OperatorHandle& op, int64_t oc
   profile.gap_micros = pending_gap_micros_;
   pending_gap_micros_ = 0;
   // Note [A forward, op by op]: CPU returns only (the tracker counts CPU tensors).
-  if (live_start_ >= 0 && found && device.is_cpu()) {
-    profile.live_bytes = TrackingAllocator::instance().takeOpPeak() - live_start_;
+  if (live_start_ >= 0) {  // what the step planner reads only with the live bytes
+    if (found && device.is_cpu()) profile.live_bytes = TrackingAllocator::instance().takeOpPeak() - live_start_;
+    profile.freed = ids_.takeFreed();
   }
-  profile.freed = ids_.takeFreed();
   flush(policy);
   last_ = std::make_unique<ProfiledOp>(std::move(profile));
   last_op_ = op;
