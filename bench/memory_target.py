@@ -44,12 +44,14 @@ FIXED = ["off", "full", "selective"] + [f"budget:{f / 10:.1f}" for f in range(1,
 
 
 def _config(base, mode):
-    """`base` with activation_checkpoint replaced: a fixed mode, 'budget:<f>' or 'target:<bytes>'."""
+    """`base` with activation_checkpoint replaced: a fixed mode, 'budget:<f>', 'target:<bytes>' or 'plan:<file>'."""
     ac = dict(base["activation_checkpoint"])
     name, _, value = mode.partition(":")
     ac.update(mode=name, layers=[], memory_budget=None, memory_target=None)
     if name == "budget":
         ac["memory_budget"] = {"fraction": float(value), "bytes": None, "text": value, "where": "(bench)"}
+    if name == "plan":  # a plan file made by `python -m hpac plan` (bench/meta_plan.py)
+        ac.update(mode="budget", plan={"path": value, "where": "(bench)"})
     if name == "target":
         ac.update(mode="budget", memory_target={"bytes": int(value), "text": f"{value}B", "where": "(bench)"})
     return dict(base, activation_checkpoint=ac)

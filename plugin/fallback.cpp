@@ -9,6 +9,12 @@
 // such ops are passed below the key untouched.
 #include "plugin/fallback.h"
 
+#include "replay/tracking_allocator.h"
+
+#include <atomic>
+#include <memory>
+#include <optional>
+
 #include "replay/dispatch_key.h"
 #include "replay/invocation.h"
 #include "replay/op_cost.h"
@@ -24,6 +30,7 @@ namespace hpac {
 namespace {
 
 thread_local uint64_t tls_fallback_entries = 0;
+std::atomic<bool> meta_ops_in_regions{false};
 
 // Note [Profiles wait for the device]
 // An accelerator's op returns once its kernel is queued, so a host clock
@@ -58,6 +65,13 @@ std::optional<c10::Device> acceleratorOf(const c10::OperatorHandle& op, const to
 void runBelowHpac(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
   const c10::DispatchKey key = dispatchKey();
   c10::impl::ExcludeDispatchKeyGuard hide_nested(key);
+  // Note [A meta op holds its outputs]: while hpac.plan steps on the meta device, what the meta function allocates
+  // and frees inside the op does not raise the peaks; its outputs do, once it returns.
+  std::optional<TrackingAllocator::OutputsOnly> outputs_only;
+  if (C10_UNLIKELY(ks.has_backend(c10::BackendComponent::MetaBit)) &&
+      meta_ops_in_regions.load(std::memory_order_relaxed)) {
+    outputs_only.emplace();
+  }
   op.redispatchBoxed(ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, key), stack);
 }
 
@@ -77,7 +91,10 @@ void hpacFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
   // aten::empty_strided on meta that the forward never ran, and the replay
   // failed), fake tensors, or deferred initialisation. Counting them would make
   // occurrence indices depend on a cache; they run below the key untouched.
-  if (C10_UNLIKELY(ks.has_backend(c10::BackendComponent::MetaBit))) {
+  // hpac.plan turns this off while it runs a step on the meta device, where every op is meta and is the step's
+  // (setMetaOpsInRegions).
+  if (C10_UNLIKELY(ks.has_backend(c10::BackendComponent::MetaBit)) &&
+      !meta_ops_in_regions.load(std::memory_order_relaxed)) {
     runBelowHpac(op, ks, stack);
     return;
   }
@@ -97,6 +114,17 @@ void hpacFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
     invocation.perform(admission, op, stack, [&] { runBelowHpac(op, ks, stack); });
   }
   if (region.phase == Phase::kForward) invocation.noteProduced(admission, op, *stack);  // Note [State written twice]
+}
+
+// Note [A meta op holds its outputs]: the key stays in this thread's include set while a planned step runs, so that
+// every op reaches runBelowHpac, inside a region or not.
+thread_local std::unique_ptr<c10::impl::IncludeDispatchKeyGuard> meta_step_include;
+
+bool setMetaOpsInRegions(bool on) {
+  const bool was = meta_ops_in_regions.exchange(on);
+  if (on && !meta_step_include) meta_step_include = std::make_unique<c10::impl::IncludeDispatchKeyGuard>(dispatchKey());
+  if (!on) meta_step_include.reset();
+  return was;
 }
 
 uint64_t fallbackEntriesOnThisThread() {

@@ -18,6 +18,12 @@ void hpacFallback(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::
 // that ops outside regions never reach hpac).
 uint64_t fallbackEntriesOnThisThread();
 
+// Note [Meta ops are not the region's] (fallback.cpp), and its exception: while a step is planned on the meta
+// device (hpac.plan), meta ops are the region's like any other, and every meta op counts only its outputs at the
+// peaks (Note [A meta op holds its outputs], replay/tracking_allocator.h: hpac's key is in this thread's include
+// set from on to off). The setting is process-wide; returns the previous one.
+bool setMetaOpsInRegions(bool on);
+
 // The version of this build and the path of the loaded libhpac.so.
 const char* version();
 std::string libraryPath();

@@ -14,6 +14,10 @@
 #include "replay/tracking_allocator.h"
 
 #include <torch/custom_class.h>
+#if HPAC_TORCH_AT_LEAST(2, 5)
+#include <ATen/ops/_fused_sdp_choice.h>
+#include <ATen/ops/zeros.h>
+#endif
 
 #include <algorithm>
 #include <memory>
@@ -501,6 +505,59 @@ void registerPlannerOps(torch::Library& m) {
     const Roofline& r = deviceRoofline(c10::Device(device));
     return std::vector<double>{r.flops_per_us, r.bytes_per_us};
   });
+  // Note [Attention on meta as on CPU] (plugin/python/hpac/_plan.py): the kernel CPU's scaled_dot_product_attention
+  // picks for these shapes and flags, asked with stand-ins of four positions outside any region (hpac's key hidden;
+  // an ignored op of the region, policy/op_tables.cpp). -1 before torch 2.5 (no enable_gqa).
+  m.def("sdp_choice(int[] q, int[] k, int[] v, ScalarType dtype, int[]? mask, ScalarType? mask_dtype, "
+        "float dropout_p, bool is_causal, float? scale, bool enable_gqa) -> int",
+        [](std::vector<int64_t> q, std::vector<int64_t> k, std::vector<int64_t> v, c10::ScalarType dtype,
+           std::optional<std::vector<int64_t>> mask, std::optional<c10::ScalarType> mask_dtype, double dropout_p,
+           bool is_causal, std::optional<double> scale, bool enable_gqa) -> int64_t {
+#if HPAC_TORCH_AT_LEAST(2, 5)
+          c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
+          auto stand_in = [&](std::vector<int64_t> shape) {
+            TORCH_CHECK(shape.size() >= 2, "hpac.sdp_choice: a query, key or value of ", shape.size(), " dims");
+            shape[0] = 1;
+            shape[shape.size() - 2] = 4;
+            return at::zeros(shape, at::TensorOptions().dtype(dtype));
+          };
+          std::optional<at::Tensor> m_in;
+          if (mask) {
+            std::vector<int64_t> shape(mask->size(), 1);
+            if (shape.size() >= 2) shape[shape.size() - 1] = shape[shape.size() - 2] = 4;
+            m_in = at::zeros(shape, at::TensorOptions().dtype(mask_dtype.value_or(dtype)));
+          }
+          return at::_fused_sdp_choice(stand_in(q), stand_in(k), stand_in(v), m_in, dropout_p, is_causal, scale,
+                                       enable_gqa);
+#else
+          return -1;
+#endif
+        });
+  // Note [A device that is not here]: a device spec's rates for a device type (hpac.plan sets the meta device's);
+  // dtypes by c10's names ("BFloat16", "Float", "Half", ...).
+  m.def("set_roofline(str device, float flops_per_us, float bytes_per_us, str[] dtypes, float[] dtype_flops_per_us) "
+        "-> ()",
+        [](const std::string& device, double flops, double bytes, const std::vector<std::string>& dtypes,
+           const std::vector<double>& dtype_flops) {
+          TORCH_CHECK(dtypes.size() == dtype_flops.size(), "hpac.set_roofline: ", dtypes.size(), " dtypes but ",
+                      dtype_flops.size(), " rates");
+          Roofline r;
+          r.flops_per_us = flops;
+          r.bytes_per_us = bytes;
+          for (size_t i = 0; i < dtypes.size(); ++i) {
+            bool known = false;
+            for (int k = 0; k < static_cast<int>(c10::ScalarType::NumOptions) && !known; ++k) {
+              const auto type = static_cast<c10::ScalarType>(k);
+              if (dtypes[i] == c10::toString(type)) {
+                r.flops_per_us_by_dtype[type] = dtype_flops[i];
+                known = true;
+              }
+            }
+            TORCH_CHECK(known, "hpac.set_roofline: dtype '", dtypes[i], "' is not one of c10's scalar types "
+                        "(allowed: 'Float', 'BFloat16', 'Half', ...)");
+          }
+          setRoofline(c10::Device(device).type(), std::move(r));
+        });
   // Note [An exact oracle for the planner]: the additive planner (no dataflow) on a profile given as lists, per op
   // its storages (storage_counts[i] of the flat (id, bytes) lists), µs, view and collective flags (0/1). Returns
   // the plan's save flags per op and the groups (as BudgetRegion.groups), for tests and benchmarks.
@@ -564,6 +621,11 @@ void registerMeasurementOps(torch::Library& m) {
   // The memory target's own peak since its last take (TrackingAllocator::takeEventPeak; reset_peak_memory leaves it).
   m.def("take_event_peak() -> int", [] { return TrackingAllocator::instance().takeEventPeak(); });
   m.def("memory_tracked() -> bool", [] { return TrackingAllocator::installed(); });
+  // Note [Meta tensors are counted]: meta tensors' bytes count in the same counters, for the rest of the process.
+  m.def("track_meta_memory() -> ()", [] { TrackingAllocator::trackMeta(); });
+  // Note [Meta ops are not the region's] (plugin/fallback.cpp): hpac.plan's step on the meta device counts them.
+  m.def("meta_ops_in_regions(bool on) -> bool", [](bool on) { return setMetaOpsInRegions(on); });
+  m.def("meta_memory_tracked() -> bool", [] { return TrackingAllocator::metaTracked(); });
   // hpac::Invocation objects alive (C++ and Python regions alike): 0 when no autograd graph holds one.
   m.def("invocations_alive() -> int", [] { return Invocation::alive(); });
   m.def("fallback_entries() -> int", [] { return static_cast<int64_t>(fallbackEntriesOnThisThread()); });

@@ -30,7 +30,7 @@ bool DeadOps::skippable(const c10::OperatorHandle& op, const torch::jit::Stack& 
     const c10::IValue& v = stack[stack.size() - num_returns + j];
     if (!v.isTensor()) return false;
     const at::Tensor& t = v.toTensor();
-    if (!t.defined() || !t.has_storage() || t.layout() != at::kStrided || t.is_meta()) return false;
+    if (!t.defined() || !t.has_storage() || t.layout() != at::kStrided) return false;
     // Integer and bool results (counts, indices, masks) size and route what follows, and Python reads them back
     // without an op the region sees (tolist(), numpy(), split sizes): never skipped (Note [Dead ops are skipped]).
     if (!c10::isFloatingType(t.scalar_type()) && !c10::isComplexType(t.scalar_type())) return false;
@@ -108,6 +108,10 @@ void DeadOps::skip(const Returns& returns, const c10::OperatorHandle& op, torch:
       *scratch = at::empty({static_cast<int64_t>(nbytes)}, options.dtype(at::kByte));  // the old one lives on in its views
     }
     const at::Tensor keep = *scratch;
+    if (keep.is_meta()) {  // no data pointer to lay a tensor over (hpac.plan): a view of the scratch's storage
+      stack->emplace_back(at::empty({0}, options).set_(keep.storage(), 0, sizes, strides));
+      continue;
+    }
     stack->emplace_back(at::from_blob(keep.data_ptr(), sizes, strides, [keep](void*) {}, options));
   }
 }

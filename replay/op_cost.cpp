@@ -160,17 +160,53 @@ void waitForDevice(c10::Device device) {
   impl->synchronizeStream(impl->getStream(device));
 }
 
-const Roofline& deviceRoofline(c10::Device device) {
+namespace {
+
+std::mutex& rooflineMutex() {
   static std::mutex mutex;
-  static std::map<c10::DeviceType, Roofline> rooflines;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = rooflines.find(device.type());
-  if (it == rooflines.end()) it = rooflines.emplace(device.type(), measure(device)).first;
+  return mutex;
+}
+
+std::map<c10::DeviceType, Roofline>& rooflines() {
+  static std::map<c10::DeviceType, Roofline> known;
+  return known;
+}
+
+}  // namespace
+
+const Roofline& deviceRoofline(c10::Device device) {
+  std::lock_guard<std::mutex> lock(rooflineMutex());
+  auto& known = rooflines();
+  auto it = known.find(device.type());
+  if (it == known.end()) {
+    TORCH_CHECK(!device.is_meta(), "hpac: the meta device has no roofline of its own; a plan for a device that is "
+                "not here sets one from a device spec first (Note [A device that is not here], hpac.plan)");
+    it = known.emplace(device.type(), measure(device)).first;
+  }
   return it->second;
 }
 
-double estimatedMicros(double flops, int64_t bytes, const Roofline& roofline) {
-  return std::max(flops / roofline.flops_per_us, static_cast<double>(bytes) / roofline.bytes_per_us);
+void setRoofline(c10::DeviceType type, Roofline roofline) {
+  TORCH_CHECK(roofline.flops_per_us > 0 && roofline.bytes_per_us > 0 && std::isfinite(roofline.flops_per_us) &&
+                  std::isfinite(roofline.bytes_per_us),
+              "hpac: a roofline needs a positive flop rate and bandwidth; got ", roofline.flops_per_us,
+              " flops per µs and ", roofline.bytes_per_us, " bytes per µs");
+  for (const auto& [dtype, rate] : roofline.flops_per_us_by_dtype) {
+    TORCH_CHECK(rate > 0 && std::isfinite(rate), "hpac: a roofline's ", c10::toString(dtype),
+                " flop rate must be positive; got ", rate);
+  }
+  std::lock_guard<std::mutex> lock(rooflineMutex());
+  rooflines()[type] = std::move(roofline);
+}
+
+bool hasRoofline(c10::Device device) {
+  if (!device.is_meta()) return true;
+  std::lock_guard<std::mutex> lock(rooflineMutex());
+  return rooflines().count(device.type()) > 0;
+}
+
+double estimatedMicros(double flops, int64_t bytes, const Roofline& roofline, c10::ScalarType dtype) {
+  return std::max(flops / roofline.flopsPerMicro(dtype), static_cast<double>(bytes) / roofline.bytes_per_us);
 }
 
 }  // namespace hpac

@@ -29,6 +29,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <map>
 
 namespace hpac {
 
@@ -52,6 +53,12 @@ void waitForDevice(c10::Device device);
 struct Roofline {
   double flops_per_us = 0;  // peak of a float32 matmul
   double bytes_per_us = 0;  // read + write of a copy
+  // A device spec's peak per dtype (Note [A device that is not here]); a dtype not named uses flops_per_us.
+  std::map<c10::ScalarType, double> flops_per_us_by_dtype;
+  double flopsPerMicro(c10::ScalarType dtype) const {
+    auto it = flops_per_us_by_dtype.find(dtype);
+    return it == flops_per_us_by_dtype.end() ? flops_per_us : it->second;
+  }
 };
 
 // The device type's roofline, measured on first use (thread-safe; a few tens
@@ -66,6 +73,19 @@ struct Roofline {
 // first met inside a region is still measured there.
 const Roofline& deviceRoofline(c10::Device device);
 
-double estimatedMicros(double flops, int64_t bytes, const Roofline& roofline);
+// Note [A device that is not here]
+// A plan for a device this process does not have (hpac.plan runs the step on
+// the meta device) times ops on that device's datasheet: its peak flop rate
+// per dtype and its memory bandwidth (hpac's device specs,
+// plugin/python/hpac/_devices.py), set here for a device type before the
+// step. The meta device has no roofline of its own: its ops get no estimate
+// (0 µs) until one is set. Setting one replaces what the type had.
+void setRoofline(c10::DeviceType type, Roofline roofline);
+// Whether `device` has a roofline (measured or set; the meta device only when set).
+bool hasRoofline(c10::Device device);
+
+// Time on `roofline` of `flops` in `dtype` and `bytes` moved.
+double estimatedMicros(double flops, int64_t bytes, const Roofline& roofline,
+                       c10::ScalarType dtype = c10::ScalarType::Float);
 
 }  // namespace hpac

@@ -19,7 +19,7 @@ void OpProfile::begin(bool active) {
   pending_reads_.clear();
   // Note [A forward, op by op] (policy/budget_policy.cpp): the live bytes are measured while the tracker counts.
   live_start_ = -1;
-  if (active && TrackingAllocator::installed()) {
+  if (active && (TrackingAllocator::installed() || TrackingAllocator::metaTracked())) {
     live_start_ = TrackingAllocator::instance().currentBytes();
     TrackingAllocator::instance().takeOpPeak();
   }
@@ -89,26 +89,30 @@ void OpProfile::record(Policy& policy, const c10::OperatorHandle& op, int64_t oc
   profile.flops = work.flops;
   profile.bytes_moved = work.bytes;
   c10::Device device(c10::kCPU);
+  c10::ScalarType dtype = c10::ScalarType::Float;
   bool found = false;
   for (size_t j = stack.size() - num_returns; j < stack.size() && !found; ++j) {
     forEachTensor(stack[j], [&](const at::Tensor& t) {
       if (!found && t.defined()) {
         device = t.device();
+        dtype = t.scalar_type();
         found = true;
       }
     });
   }
-  // A view runs no kernel: nothing to estimate.
-  if (!profile.view && !device.is_meta()) {
-    profile.estimated_micros = estimatedMicros(work.flops, work.bytes, deviceRoofline(device));
+  // A view runs no kernel: nothing to estimate. The meta device: on the spec set for it (Note [A device that is
+  // not here], replay/op_cost.h), in the dtype of its first return.
+  if (!profile.view && hasRoofline(device)) {
+    profile.estimated_micros = estimatedMicros(work.flops, work.bytes, deviceRoofline(device), dtype);
   }
   profile.skippable = DeadOps::skippable(op, stack);
   profile.collective = name.name.rfind("c10d::", 0) == 0 || name.name.rfind("_c10d_functional::", 0) == 0;
   profile.gap_micros = pending_gap_micros_;
   pending_gap_micros_ = 0;
-  // Note [A forward, op by op]: CPU returns only (the tracker counts CPU tensors).
+  // Note [A forward, op by op]: CPU and meta returns only (the tracker counts CPU tensors, and meta ones: Note
+  // [Meta tensors are counted]).
   if (live_start_ >= 0) {  // what the step planner reads only with the live bytes
-    if (found && device.is_cpu()) profile.live_bytes = TrackingAllocator::instance().takeOpPeak() - live_start_;
+    if (found && (device.is_cpu() || device.is_meta())) profile.live_bytes = TrackingAllocator::instance().takeOpPeak() - live_start_;
     profile.freed = ids_.takeFreed();
   }
   flush(policy);

@@ -3,6 +3,8 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 
+#include <mutex>
+
 namespace hpac {
 namespace {
 
@@ -49,6 +51,80 @@ bool TrackingAllocator::installed() {
   return c10::GetCPUAllocator() == &instance();
 }
 
+namespace {
+
+thread_local int outputs_only_depth = 0;  // Note [A meta op holds its outputs]
+
+// Note [Meta tensors are counted] (tracking_allocator.h).
+class MetaCounter final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) HPAC_ALLOCATOR_CONST override {
+    const auto bytes = static_cast<int64_t>(nbytes);
+    const c10::Device meta(c10::DeviceType::Meta);
+    if (bytes == 0) return c10::DataPtr(nullptr, nullptr, nullptr, meta);
+    TrackingAllocator& t = TrackingAllocator::instance();
+    if (outputs_only_depth > 0) {
+      t.countWithoutPeak(bytes);
+    } else {
+      t.count(bytes);
+    }
+    return c10::DataPtr(nullptr, new int64_t(bytes), &TrackingAllocator::releaseMeta, meta);
+  }
+#if HPAC_TORCH_AT_LEAST(2, 3)
+  void copy_data(void* /*dest*/, const void* /*src*/, std::size_t /*count*/) const override {}
+#endif
+};
+
+MetaCounter* meta_counter = nullptr;
+
+}  // namespace
+
+void TrackingAllocator::trackMeta() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    meta_counter = new MetaCounter();  // leaked: meta tensors may outlive statics
+    c10::SetAllocator(c10::DeviceType::Meta, meta_counter, /*priority=*/1);
+  });
+}
+
+bool TrackingAllocator::metaTracked() {
+  return meta_counter != nullptr && c10::GetAllocator(c10::DeviceType::Meta) == meta_counter;
+}
+
+void TrackingAllocator::releaseMeta(void* context) {
+  auto* bytes = static_cast<int64_t*>(context);
+  tracker_instance->count(-*bytes);
+  delete bytes;
+}
+
+TrackingAllocator::OutputsOnly::OutputsOnly() {
+  ++outputs_only_depth;
+}
+
+TrackingAllocator::OutputsOnly::~OutputsOnly() {
+  if (--outputs_only_depth == 0) instance().raisePeaks(instance().currentBytes());  // the peaks take the outputs
+}
+
+void TrackingAllocator::countWithoutPeak(int64_t bytes) const {
+  current_.fetch_add(bytes, std::memory_order_relaxed);
+  if (bytes > 0) allocations_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void TrackingAllocator::raisePeaks(int64_t now) const {
+  for (std::atomic<int64_t>* counter : {&peak_, &event_peak_, &op_peak_}) {
+    int64_t peak = counter->load(std::memory_order_relaxed);
+    while (now > peak && !counter->compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+  }
+}
+
+void TrackingAllocator::count(int64_t bytes) const {
+  const int64_t now = current_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  if (bytes < 0) return;
+  raisePeaks(now);
+  allocations_.fetch_add(1, std::memory_order_relaxed);
+}
+
 TrackingAllocator::Scope::Scope() {
   instance().acquire(/*for_good=*/false);
 }
@@ -65,13 +141,7 @@ c10::DataPtr TrackingAllocator::allocate(size_t nbytes) HPAC_ALLOCATOR_CONST {
   void* data = inner.get();
   const c10::Device device = inner.device();
   const auto bytes = static_cast<int64_t>(nbytes);
-  const int64_t now = current_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  for (std::atomic<int64_t>* counter : {&peak_, &event_peak_, &op_peak_}) {
-    int64_t peak = counter->load(std::memory_order_relaxed);
-    while (now > peak && !counter->compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-    }
-  }
-  allocations_.fetch_add(1, std::memory_order_relaxed);
+  count(bytes);
   if (data == nullptr) return c10::DataPtr(nullptr, nullptr, nullptr, device);  // zero bytes
   {
     std::lock_guard<std::mutex> lock(mutex_);

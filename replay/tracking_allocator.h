@@ -21,6 +21,17 @@
 
 namespace hpac {
 
+// Note [Meta tensors are counted]
+// A meta tensor has a storage of nbytes and no data: ops on it run shape
+// functions only. hpac plans a step for a device it does not have by running
+// the step on the meta device (hpac.plan, plugin/python/hpac/_plan.py), and
+// reads that step's memory exactly as on CPU: trackMeta() puts an allocator
+// on the meta device whose DataPtr holds no data and a context with the
+// storage's size, and allocate/free count into the same counters (current,
+// peak, the event and op peaks) as CPU tensors. What a meta storage grows by
+// without its allocator (resize_ of a meta tensor sets nbytes) is not seen;
+// the ops a step runs allocate their outputs.
+//
 // Note [The tracker is installed while asked for]
 // Every CPU allocation through the tracker takes its mutex and a map insert,
 // so it is the CPU allocator only while someone asked for it: install() (the
@@ -39,6 +50,32 @@ class TrackingAllocator final : public c10::Allocator {
   static TrackingAllocator& instance();
   // Whether the tracker is the CPU allocator now.
   static bool installed();
+  // Note [Meta tensors are counted]: installs, for the rest of the process, a meta-device allocator whose
+  // allocations (no data; their bytes) count in this tracker's counters as CPU ones do.
+  static void trackMeta();
+  static bool metaTracked();
+  // The meta allocator's deleter (its context: the storage's bytes).
+  static void releaseMeta(void* context);
+  // The counters' side of an allocation of `bytes` (and of its free: -bytes).
+  void count(int64_t bytes) const;
+  void countWithoutPeak(int64_t bytes) const;  // Note [A meta op holds its outputs]
+  void raisePeaks(int64_t now) const;            // every peak becomes at least `now`
+  // Note [A meta op holds its outputs]
+  // A meta function may be a decomposition (torch's Python meta functions
+  // for _log_softmax and others compute through intermediates), which a
+  // kernel on a device does not allocate: while an OutputsOnly lives on this
+  // thread, meta allocations count in the current bytes but raise no peak;
+  // when it ends, the peaks take the current bytes (the op's outputs). hpac's
+  // fallback puts one around each meta op of a planned step (hpac.plan puts
+  // the key around the whole step; plugin/fallback.cpp). CPU allocations are
+  // counted as always.
+  class OutputsOnly {
+   public:
+    OutputsOnly();
+    ~OutputsOnly();
+    OutputsOnly(const OutputsOnly&) = delete;
+    OutputsOnly& operator=(const OutputsOnly&) = delete;
+  };
   // The tracker is the CPU allocator while a Scope lives (or for good after
   // install()); the allocator it wraps is put back when the last Scope ends.
   class Scope {

@@ -268,8 +268,8 @@ class ConfigParser {
 
   absl::Status parseCheckpoint(const YAML::Node& node, const ModelSpec& model, ActivationCheckpointSpec& ac) {
     if (auto s = r_.checkMap(node, "activation_checkpoint",
-                             {"mode", "memory_budget", "memory_target", "layers", "routing", "state_writes", "cost",
-                              "policy", "policy_params"});
+                             {"mode", "memory_budget", "memory_target", "plan", "layers", "routing", "state_writes",
+                              "cost", "policy", "policy_params"});
         !s.ok()) {
       return s;
     }
@@ -302,6 +302,16 @@ class ConfigParser {
       ac.memory_target = *std::move(target);
       ac.memory_target->where = r_.where(t);
     }
+    if (node["plan"]) {
+      std::string text;
+      HPAC_ASSIGN_OR_RETURN(text, r_.scalar(node["plan"], "activation_checkpoint.plan"));
+      if (text.empty()) {
+        return r_.error(node["plan"], "activation_checkpoint.plan",
+                        "is empty; allowed: the path of a step plan file made by `python -m hpac plan`");
+      }
+      ac.plan = text;
+      ac.plan_where = r_.where(node["plan"]);
+    }
     if (node["cost"]) {
       HPAC_ASSIGN_OR_RETURN(ac.cost, r_.oneOf(node["cost"], "activation_checkpoint.cost", {"measured", "estimated"}));
     }
@@ -310,8 +320,9 @@ class ConfigParser {
     }
     if (auto s = parsePolicy(node, ac); !s.ok()) return s;
     if (auto s = checkMemoryTarget(node, ac); !s.ok()) return s;
-    // memory_budget (or memory_target) and mode budget come together.
-    if (ac.usesBudget() && !ac.memory_budget && !ac.memory_target) {
+    if (auto s = checkPlan(node, ac); !s.ok()) return s;
+    // memory_budget (or memory_target, or a plan) and mode budget come together.
+    if (ac.usesBudget() && !ac.memory_budget && !ac.memory_target && !ac.plan) {
       const bool top = ac.mode == CheckpointMode::kBudget;
       const YAML::Node at = top ? node["mode"] : node["layers"];
       return r_.error(at, top ? "activation_checkpoint.mode" : "activation_checkpoint.layers",
@@ -329,6 +340,30 @@ class ConfigParser {
                       absl::StrCat("'", ac.cost, "' is set but no layer uses mode budget (mode is '", toString(ac.mode),
                                    "'); allowed only with activation_checkpoint.mode: budget or a budget entry in "
                                    "activation_checkpoint.layers"));
+    }
+    return absl::OkStatus();
+  }
+
+  // activation_checkpoint.plan: a whole step's plan made elsewhere (`python -m hpac plan`), with the top-level mode
+  // budget only, instead of memory_budget and memory_target, without a per-layer plan (the file has one).
+  absl::Status checkPlan(const YAML::Node& node, const ActivationCheckpointSpec& ac) {
+    if (!ac.plan) return absl::OkStatus();
+    const YAML::Node p = node["plan"];
+    const std::string beside = ac.memory_budget ? "memory_budget" : ac.memory_target ? "memory_target" : "";
+    if (!beside.empty()) {
+      return r_.error(p, "activation_checkpoint.plan",
+                      absl::StrCat("'", *ac.plan, "' is set beside ", beside, "; allowed: one of plan (a plan made "
+                                   "by `python -m hpac plan`), memory_target and memory_budget"));
+    }
+    if (ac.mode != CheckpointMode::kBudget) {
+      return r_.error(p, "activation_checkpoint.plan",
+                      absl::StrCat("'", *ac.plan, "' is set but mode is '", toString(ac.mode),
+                                   "'; allowed only with activation_checkpoint.mode: budget"));
+    }
+    if (!ac.layers.empty()) {
+      return r_.error(p, "activation_checkpoint.plan",
+                      absl::StrCat("'", *ac.plan, "' plans every layer; allowed only without "
+                                   "activation_checkpoint.layers (", ac.layers.front().where, ")"));
     }
     return absl::OkStatus();
   }
@@ -555,6 +590,9 @@ std::string effectiveSummary(const TrainConfig& c) {
     absl::StrAppend(&out, "\nactivation_checkpoint.memory_budget=",
                     b->bytes >= 0 ? absl::StrCat(b->bytes, "B") : absl::StrCat(b->fraction));
     absl::StrAppend(&out, "\nactivation_checkpoint.cost=", c.activation_checkpoint.cost);
+  }
+  if (const auto& plan = c.activation_checkpoint.plan) {
+    absl::StrAppend(&out, "\nactivation_checkpoint.plan=", *plan);
   }
   if (const auto& t = c.activation_checkpoint.memory_target) {
     absl::StrAppend(&out, "\nactivation_checkpoint.memory_target=", t->bytes, "B");

@@ -30,6 +30,9 @@
 //                                # activations); every layer is planned to fit it
 //                                # (policy/step_target.h: hpac.hf, and hpac-train on
 //                                # one rank)
+//     plan: plan.json            # with budget only, instead of the two above: a whole
+//                                # step's plan made by `python -m hpac plan` (hpac.hf
+//                                # applies it; path relative to this file's folder)
 //     cost: measured             # with budget only: measured | estimated, what the plan
 //                                # weighs a recompute by (Note [Estimated op costs])
 //     layers:                    # optional per-layer plan over the language tower
@@ -118,6 +121,10 @@ struct ActivationCheckpointSpec {
   std::optional<MemoryBudget> memory_budget;
   // With mode budget, instead of memory_budget: the whole step's byte target (bytes only, > 0; no layers plan).
   std::optional<MemoryBudget> memory_target;
+  // With mode budget, instead of memory_budget / memory_target: a step plan file made by `python -m hpac plan`
+  // (plugin/python/hpac/_plan.py), its path as written (hpac.hf.prepare reads it, relative to the YAML's folder).
+  std::optional<std::string> plan;
+  std::string plan_where;  // "file:line:col"
   // With budget only: "measured" (profiled kernel times) or "estimated" (flops and bytes on the device's roofline).
   std::string cost = "measured";
   // What the recompute does about routing ops and writes to outside tensors (replay/recompute_rules.h).

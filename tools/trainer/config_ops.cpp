@@ -89,6 +89,12 @@ std::string configJson(const TrainConfig& c) {
   } else {
     out += "null";
   }
+  absl::StrAppend(&out, ", \"plan\": ");
+  if (ac.plan) {
+    absl::StrAppend(&out, "{\"path\": ", quote(*ac.plan), ", \"where\": ", quote(ac.plan_where), "}");
+  } else {
+    out += "null";
+  }
   absl::StrAppend(&out, "}, \"activation_swap\": ", quote(toString(c.activation_swap)));
   const ParallelSpec& p = c.parallel;
   absl::StrAppend(&out, ", \"parallel\": {\"tp\": ", p.tp, ", \"dp\": ", p.dp, ", \"ep\": ", p.ep, ", \"cp\": ", p.cp, ", \"fsdp\": ",

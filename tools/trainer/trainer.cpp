@@ -55,6 +55,12 @@ at::Tensor tokenBatch(const TrainConfig& config, int64_t step) {
 }
 
 absl::Status refuseMemoryTarget(const TrainConfig& config) {
+  if (const auto& plan = config.activation_checkpoint.plan) {
+    return absl::UnimplementedError(absl::StrCat(
+        config.activation_checkpoint.plan_where, ": activation_checkpoint.plan '", *plan, "': a step plan from "
+        "`python -m hpac plan` is for the transformers model hpac.hf.prepare wraps; hpac-train trains its own "
+        "libtorch model; allowed here: memory_target or memory_budget"));
+  }
   const auto& t = config.activation_checkpoint.memory_target;
   if (!t) return absl::OkStatus();
   if (config.parallel.distributed()) {

@@ -57,10 +57,14 @@ class _Meter:
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
-        if not self.cuda and device.type != "cpu":
-            raise MemoryTargetError(f"hpac: a memory target measures CPU (hpac's tracking allocator) or CUDA (the "
-                                    f"caching allocator) tensors; the model is on {device}")
-        if not self.cuda and not torch.ops.hpac.memory_tracked():
+        if not self.cuda and device.type not in ("cpu", "meta"):
+            raise MemoryTargetError(f"hpac: a memory target measures CPU (hpac's tracking allocator), meta (the same "
+                                    f"counters: hpac.plan) or CUDA (the caching allocator) tensors; the model is on "
+                                    f"{device}")
+        if device.type == "meta" and not torch.ops.hpac.meta_memory_tracked():
+            raise MemoryTargetError("hpac: a memory target on the meta device counts meta tensors' bytes: call "
+                                    "torch.ops.hpac.track_meta_memory() before the model is built (hpac.plan does)")
+        if device.type == "cpu" and not torch.ops.hpac.memory_tracked():
             raise MemoryTargetError("hpac: a memory target on CPU reads hpac's tracking allocator: call "
                                     "hpac.track_memory() before the model is built (it counts only what is "
                                     "allocated after)")
@@ -133,20 +137,28 @@ class MemoryTarget:
     live bytes, and the agreement of several ranks (Note [One step plan for every rank])."""
 
     def __init__(self, model: torch.nn.Module, layers: Sequence[Tuple[str, torch.nn.Module, Budget, Callable]],
-                 target_bytes: int, log: Optional[Callable[[str, str], None]] = None, group: Any = None):
+                 target_bytes: int, log: Optional[Callable[[str, str], None]] = None, group: Any = None,
+                 view: Any = None, measure_only: bool = False):
         self.target_bytes = target_bytes
         self._group = group
         self.model = model
         self._meter: Optional[_Meter] = None  # the parameters' device, at the first step (the model may move)
+        # hpac.plan (Note [One rank of a sharded step], _plan.py): what one rank of a sharded job would hold, from the
+        # meta device's bytes; view.start(live), view.opened(event), view.peak(event, peak). None: the bytes as read.
+        self._view = view
+        # Events measured, never planned: every layer runs its checkpointed_call as given (None: not checkpointed).
+        self._measure_only = measure_only
         self._optimizer_hooks: list = []
         self._since_optimizer = 0  # steps begun since the watched optimizer's last step
         self._rest_open = False    # "the rest" opened this step (layer 0's input gradient, or the optimizer)
         local = [getattr(p, "_local_tensor", p) for p in model.parameters()]  # a DTensor's shard on this rank
         params = sum(t.numel() * t.element_size() for t in local)
         grads = sum(t.numel() * t.element_size() for t, p in zip(local, model.parameters()) if p.requires_grad)
+        if view is not None:
+            params, grads = view.sharded(params), view.sharded(grads)
         self._target = torch.classes.hpac.StepTarget(target_bytes, params, grads)
         self._watching = False
-        self._layers = [_Layer(path, module, b, call) for path, module, b, call in layers]
+        self._layers = [_Layer(path, module, b, call, call is not None) for path, module, b, call in layers]
         for i, layer in enumerate(self._layers):
             self._target.add_layer(layer.path, layer.budget._region)
             wrap_forward(layer.module, functools.partial(_TargetCall.call, _TargetCall(self, i)))
@@ -163,9 +175,13 @@ class MemoryTarget:
         if event is not None and event[0] == "the rest":
             self._rest_open = True
         peak = self._meter.take_peak()
+        if self._view is not None:
+            peak = self._view.peak(self._event, peak)
         if self._event is not None:
             self._target.record(self._event[0], self._event[1], self._event[2], peak)
         self._event = event
+        if self._view is not None and event is not None:
+            self._view.opened(event)
 
     def _say(self, messages) -> None:
         for warning, text in zip(*messages):
@@ -190,9 +206,12 @@ class MemoryTarget:
         t = self._target
         if t.planned_at():
             self._agree_bases()
-        t.start_step(self._meter.current())
+        live = self._meter.current()
+        t.start_step(live if self._view is None else self._view.start(live))
         self._rest_open = False
-        if t.wants_first_plan():
+        if self._measure_only:
+            pass
+        elif t.wants_first_plan():
             if all(self._gather(t.regions_ready())):  # else a layer has not finished its profile: next step
                 t.prepare_first_plan()
                 self._agree_bases()

@@ -283,6 +283,8 @@ class Preparation:
     _native_model: Optional[torch.nn.Module] = field(default=None, init=False, repr=False)
     # activation_checkpoint.memory_target: the whole step's target over the budget layers (report(), plan, history)
     target: Optional["hpac.MemoryTarget"] = field(default=None, init=False, repr=False)
+    # activation_checkpoint.plan: {'path', 'data' (the plan file), 'by_path' (its layers), 'guard' (the shape hook)}
+    step_plan: Optional[dict] = field(default=None, init=False, repr=False)
 
     def info(self, message):
         self.messages.append(message)
@@ -430,6 +432,7 @@ def prepare(model: torch.nn.Module, config: Union[str, os.PathLike, dict], regis
         plan = plan_routes(facts)
     for level, message in plan["messages"]:
         (prep.warn if level == "warning" else prep.info)(message)
+    _read_step_plan(prep, model, config)
     _apply(prep, plan, config, record_ops, compile_on)
     _fit_target(prep, model, config["activation_checkpoint"])
     if compile_on:
@@ -476,6 +479,19 @@ def _apply_layer(prep, p, lp, ac):
             torch.utils.checkpoint.checkpoint, use_reentrant=False, context_fn=p._context_fn("full"))
     elif p.layer == "budget" and ac.get("memory_target"):  # wrapped by _fit_target
         p.budget = hpac.budget(bytes=0, cost=ac.get("cost", "measured"))
+    elif p.layer == "budget" and prep.step_plan is not None:  # activation_checkpoint.plan: as the plan says
+        entry = prep.step_plan["by_path"].get(p.path)
+        if entry is None:
+            raise ValueError(f"hpac.hf: activation_checkpoint.plan {prep.step_plan['path']!r} has no layer "
+                             f"{p.path!r} (it plans {', '.join(prep.step_plan['by_path'])}); allowed: a plan made for "
+                             "this model")
+        if not entry["checkpointed"]:
+            p.layer = "off"
+            return
+        # The plan's layers keep what their profile's ops plan within the bytes, weighed as the plan weighed them:
+        # estimated costs (on this machine's roofline, or HPAC_ROOFLINE's rates).
+        p.budget = hpac.budget(bytes=entry["budget_bytes"], cost="estimated")
+        wrap_torch_checkpoint(p.module, p._context_fn(p.budget))
     elif p.layer != "off":  # selective or budget, whole layer; budget: one region per layer, as the C++ trainer
         if p.layer == "budget":
             p.budget = _budget_of(ac["memory_budget"], ac.get("cost", "measured"))
@@ -483,6 +499,26 @@ def _apply_layer(prep, p, lp, ac):
     p.submodules = list(lp["submodules"])
     for name in p.submodules:
         wrap_torch_checkpoint(p.module._modules[name], p._context_fn("full"))
+
+
+def _read_step_plan(prep, model, config):
+    """activation_checkpoint.plan: the plan file (relative to the YAML's folder), checked against this model and
+    config (hpac._plan.check_plan), and a guard on the batch shapes of each call."""
+    from . import _plan
+    path = config["activation_checkpoint"].get("plan")
+    if not path:
+        return
+    path = path["path"] if isinstance(path, dict) else path
+    source = config.get("file")
+    if not os.path.isabs(path) and source and os.path.isfile(source):
+        path = os.path.join(os.path.dirname(os.path.abspath(source)), path)
+    data = _plan.load_plan(path)
+    _plan.check_plan(data, path, model, config, prep.warn)
+    prep.step_plan = {"path": path, "data": data, "by_path": {layer["path"]: layer for layer in data["layers"]},
+                      "guard": _plan.shape_guard(model, data, path)}
+    prep.info(f"activation_checkpoint.plan {path}: {sum(1 for layer in data['layers'] if layer['checkpointed'])} "
+              f"of {len(data['layers'])} layers checkpointed as planned for {data['device']['name']} x "
+              f"{data['world_size']}, predicted {data['predicted_bytes'] / (1 << 30):.3f} GiB per rank")
 
 
 def _fit_target(prep, model, ac):
@@ -502,7 +538,8 @@ def _fit_target(prep, model, ac):
     entries = [(p.path, p.module, p.budget, functools.partial(_torch_checkpointed, p._context_fn(p.budget)))
                for p in layers]
     prep.target = hpac.MemoryTarget(model, entries, target["bytes"],
-                                    lambda level, message: (prep.warn if level == "warning" else prep.info)(message))
+                                    lambda level, message: (prep.warn if level == "warning" else prep.info)(message),
+                                    view=ac.get("_view"))  # hpac.plan's (Note [One rank of a sharded step])
     prep.info(f"memory target {target['text']}: step 1 profiles every layer (all recomputed), the plan for the whole "
               "step is made at step 2's start")
 
@@ -536,6 +573,8 @@ def unprepare(model: torch.nn.Module, prep: "Preparation") -> None:
     """Undoes prepare's wrapping and compiling of `model` (use_cache is left as prepare set it)."""
     if prep.target is not None:
         prep.target.remove()
+    if prep.step_plan is not None:
+        prep.step_plan["guard"].remove()
     for module in prep._compiled_modules:
         module._compiled_call_impl = None  # undoes module.compile()
     for p in prep.layers:

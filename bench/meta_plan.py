@@ -1,0 +1,222 @@
+"""Plans made on the meta device, checked against real runs (issue: plan for the machine you will train on).
+
+--check: for the main job (examples/training_demo/train.yaml) or Qwen3-30B-A3B's layer shapes (--shapes 30b, as
+bench/memory_target.py builds them: --layers, --batch x --seq, --experts, --vocab, float32), at --targets targets
+evenly between the meta step's full and off peaks:
+  1. `python -m hpac plan` (its own process, as a user runs it) on the meta device for the h100-sxm spec;
+  2. a real CPU run that applies the plan file (activation_checkpoint.plan; its layers' regions weigh ops by the
+     estimated costs, HPAC_ROOFLINE pinned to the spec's float32 rates), --warmup + --steps steps: the step's
+     measured peak (hpac's tracking allocator, absolute) against the plan's prediction;
+  3. a real CPU run planning itself from its real profile (memory_target, cost: estimated on the same rates, pinned
+     with HPAC_ROOFLINE to the spec's float32 rates): is its plan the meta one, and their predicted recompute time.
+Each run in a process of its own (a plan pins the meta roofline; a target counts absolute bytes).
+
+--scale: the planner on the 48-layer Qwen3-30B-A3B (128 experts, vocabulary 151936, bfloat16) at seq 4096,
+micro-batch 1 and 2, world size 8, an 80 GiB target on h100-sxm: wall time and the process's peak RSS, the plan,
+and the fixed modes per rank. --seed-table: the seed's layout (seq 1024, 48 layers, bfloat16, micro-batch 1, world
+size 8): off / full / selective per rank, and plans for 24 GiB and 20 GiB.
+
+    .venv/bin/python bench/meta_plan.py --check --out bench/results/meta_plan_main.json
+    .venv/bin/python bench/meta_plan.py --check --shapes 30b --layers 2 --batch 2 --out bench/results/meta_plan_30b_2.json
+    .venv/bin/python bench/meta_plan.py --check --shapes 30b --layers 4 --batch 1 --out bench/results/meta_plan_30b_4.json
+    .venv/bin/python bench/meta_plan.py --scale --out bench/results/meta_plan_scale.json
+(GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296 for the real runs.)
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "plugin", "python"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+CONFIG = os.path.join(ROOT, "examples", "training_demo", "train.yaml")
+DEVICE = "h100-sxm"
+
+
+def _env(**extra):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "plugin", "python"), env.get("PYTHONPATH", "")])
+    env.update(extra)
+    return env
+
+
+def _yaml(args, folder, layers=None, seq=None, batch=None, experts=None, vocab=None, dtype="float32"):
+    """The run's trainer YAML: the main job's, or the 30B layer shapes' (memory_target.py's model)."""
+    if args.shapes == "main" and layers is None:
+        return CONFIG
+    text = (f"model: {{preset: qwen3_moe_30b_a3b, num_layers: {layers or args.layers}, num_experts: "
+            f"{experts or args.experts}, vocab_size: {vocab or args.vocab}}}\n"
+            f"train: {{seq_len: {seq or args.seq}, micro_batch: {batch or args.batch}, lr: 1.0e-3, seed: 1234, "
+            f"dtype: {dtype}}}\n")
+    path = os.path.join(folder, f"shapes_{layers or args.layers}.yaml")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def plan_cli(config, target, out, world=1, modes=""):
+    """`python -m hpac plan` in its own process: (the plan, wall seconds, the child's peak RSS in bytes)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    cmd = [sys.executable, "-m", "hpac", "plan", config, "--memory-target", str(target), "--device", DEVICE,
+           "--world-size", str(world), "--out", out, "--quiet"] + (["--modes", modes] if modes else [])
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, env=_env(), capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"}, wall, None
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    with open(out) as f:
+        return json.load(f), wall, (rss * 1024 if rss > before else None)
+
+
+def child(kind, config, arg, warmup, steps):
+    """In a process of its own: a real run of `config` applying plan file `arg` (kind 'apply') or planning itself for
+    target bytes `arg` (kind 'target'); JSON on stdout."""
+    import torch
+    import memory_target as mt
+    import hpac
+    import hpac.hf as hf
+    torch.set_num_threads(1)
+    hpac.track_memory()
+    base = hf.load_config(config)
+    if kind == "apply":
+        r = mt.run(base, f"plan:{arg}", warmup, steps)
+    else:
+        base = dict(base, activation_checkpoint=dict(base["activation_checkpoint"], cost="estimated"))
+        r = mt.run(base, f"target:{arg}", warmup, steps)
+    r.pop("memtracker", None)
+    print(json.dumps(r))
+
+
+def real(kind, config, arg, args, **env):
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, config, str(arg),
+           "--warmup", str(args.warmup), "--steps", str(args.steps)]
+    done = subprocess.run(cmd, env=_env(**env), capture_output=True, text=True)
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _rates():
+    import hpac._devices as devices
+    spec = devices.SPECS[DEVICE]
+    return f"{spec.flops_tflops['float32'] * 1e6:.6g}:{spec.bandwidth_tb_s * 1e6:.6g}"
+
+
+def check(args, folder, log):
+    config = _yaml(args, folder)
+    probe, wall, _ = plan_cli(config, "1024GiB", os.path.join(folder, "probe.json"), modes="off,full")
+    if "error" in probe:
+        raise SystemExit(f"the meta probe failed: {probe['error']}")
+    lo, hi = probe["modes"]["full"]["peak_bytes"], probe["modes"]["off"]["peak_bytes"]
+    targets = [int(lo + (hi - lo) * k / (args.targets + 1)) for k in range(1, args.targets + 1)]
+    log(f"meta: full {lo / 2**20:.2f} MiB, off {hi / 2**20:.2f} MiB ({wall:.1f} s); targets "
+        + ", ".join(f"{t / 2**20:.2f}" for t in targets))
+    rows = []
+    for target in targets:
+        meta, wall, rss = plan_cli(config, target, os.path.join(folder, f"plan_{target}.json"))
+        row = {"target_bytes": target, "plan_wall_s": wall, "plan_rss_bytes": rss}
+        if "error" in meta:
+            row["error"] = meta["error"]
+            rows.append(row)
+            log(f"target {target / 2**20:.2f} MiB: {meta['error'][:160]}")
+            continue
+        applied = real("apply", config, os.path.join(folder, f"plan_{target}.json"), args, HPAC_ROOFLINE=_rates())
+        own = real("target", config, target, args, HPAC_ROOFLINE=_rates())
+        row.update(predicted_bytes=meta["predicted_bytes"], predicted_event=meta["predicted_event"],
+                   meta_layers=[(x["checkpointed"], x["budget_bytes"]) for x in meta["layers"]],
+                   meta_recompute_micros=meta["recompute_micros"])
+        if "error" not in applied:
+            row.update(measured_bytes=applied["peak_bytes"], measured_steps=[s["peak_bytes"] for s in applied["steps"]],
+                       prediction_error=(meta["predicted_bytes"] - applied["peak_bytes"]) / applied["peak_bytes"],
+                       over_target=applied["peak_bytes"] > target)
+        else:
+            row["apply_error"] = applied["error"]
+        if "error" not in own and own.get("target"):
+            layers = own["target"]["layers"]
+            micros = sum(x["recompute_micros"] for x in layers if x["checkpointed"])
+            row.update(real_layers=[(x["checkpointed"], x["budget_bytes"]) for x in layers],
+                       real_recompute_micros=micros, real_predicted_bytes=own["target"]["predicted_bytes"],
+                       real_measured_bytes=own["peak_bytes"])
+            row["same_plan"] = row["real_layers"] == row["meta_layers"]
+            row["recompute_time_ratio"] = (meta["recompute_micros"] / micros) if micros else None
+        else:
+            row["target_error"] = own.get("error")
+        rows.append(row)
+        log(f"target {target / 2**20:.2f} MiB: predicted {row['predicted_bytes'] / 2**20:.2f}, measured "
+            f"{row.get('measured_bytes', 0) / 2**20:.2f} ({100 * row.get('prediction_error', 0):+.2f}%), same plan "
+            f"as the real profile's: {row.get('same_plan')}")
+    return {"config": os.path.relpath(config, ROOT) if config == CONFIG else open(config).read(),
+            "meta_full_bytes": lo, "meta_off_bytes": hi, "rows": rows}
+
+
+def scale(args, folder, log):
+    out = {}
+    for batch in (1, 2):
+        config = _yaml(args, folder, layers=48, seq=4096, batch=batch, experts=128, vocab=151936, dtype="bfloat16")
+        meta, wall, rss = plan_cli(config, "80GiB", os.path.join(folder, f"scale_{batch}.json"), world=8,
+                                   modes="off,full,selective")
+        out[f"batch_{batch}"] = {"plan": meta, "wall_s": wall, "rss_bytes": rss}
+        log(f"48 layers, micro-batch {batch} x 4096, world 8: {wall:.0f} s, RSS {(rss or 0) / 2**30:.2f} GiB, "
+            f"{meta.get('predicted_bytes', 0) / 2**30:.2f} GiB predicted" if "error" not in meta else meta["error"])
+    config = _yaml(args, folder, layers=48, seq=1024, batch=1, experts=128, vocab=151936, dtype="bfloat16")
+    seed = {}
+    for target in ("24GiB", "20GiB"):
+        meta, wall, rss = plan_cli(config, target, os.path.join(folder, f"seed_{target}.json"), world=8,
+                                   modes="off,full,selective" if target == "24GiB" else "")
+        seed[target] = {"plan": meta, "wall_s": wall, "rss_bytes": rss}
+        log(f"seed layout, {target}: " + (meta.get("error") or f"{meta['predicted_bytes'] / 2**30:.2f} GiB"))
+    out["seed_table"] = seed
+    return out
+
+
+def main():
+    if sys.argv[1:2] == ["--child"]:
+        ap = argparse.ArgumentParser()
+        ap.add_argument("--child", nargs=3)
+        ap.add_argument("--warmup", type=int)
+        ap.add_argument("--steps", type=int)
+        a = ap.parse_args()
+        child(*a.child, a.warmup, a.steps)
+        return
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--scale", action="store_true")
+    ap.add_argument("--shapes", choices=("main", "30b"), default="main")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--experts", type=int, default=8)
+    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--targets", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    import torch
+    from memory_target import _commit
+    started = time.perf_counter()
+    log = lambda msg: print(f"[meta_plan {time.perf_counter() - started:.0f}s] {msg}", flush=True)
+    data = {"commit": os.environ.get("HPAC_COMMIT") or _commit(), "torch": torch.__version__, "cpus": os.cpu_count(),
+            "glibc_tunables": os.environ.get("GLIBC_TUNABLES"), "device_spec": DEVICE, "shapes": args.shapes,
+            "layers": args.layers, "batch": args.batch, "seq": args.seq, "warmup": args.warmup, "steps": args.steps}
+    with tempfile.TemporaryDirectory() as folder:
+        if args.check:
+            data["check"] = check(args, folder, log)
+        if args.scale:
+            data["scale"] = scale(args, folder, log)
+    data["wall_s"] = time.perf_counter() - started
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(data, f, indent=1)
+    log(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
