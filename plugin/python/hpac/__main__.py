@@ -59,6 +59,7 @@ def plan_main(argv) -> int:
                         "comma-separated off, full, selective")
     parser.add_argument("--out", help="write the plan file (JSON) here")
     parser.add_argument("--report", action="store_true", help="print the whole-step report (else a summary)")
+    parser.add_argument("--plot", help="draw the step's picture here (.png or .svg; needs matplotlib)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
@@ -72,6 +73,13 @@ def plan_main(argv) -> int:
         return 2
     text = _plan.report_text(result)
     print(text if args.report else "\n".join(text.splitlines()[:3]))
+    if args.plot:
+        try:
+            _plan.plot(result, args.plot)
+        except ImportError as e:
+            print(f"error: --plot needs matplotlib ({e}); pip install matplotlib", file=sys.stderr)
+            return 2
+        print(f"picture written to {args.plot}")
     if args.out:
         print(f"plan written to {args.out}; apply it with activation_checkpoint: {{mode: budget, plan: {args.out}}}")
     return 0

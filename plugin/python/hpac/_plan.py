@@ -19,6 +19,7 @@ What cannot run on the meta device is replaced, and the plan says so in its `not
 """
 import contextlib
 import functools
+import gc
 import json
 import math
 import os
@@ -255,6 +256,7 @@ class _Run:
         tr = cfg["train"]
         self.batch, self.seq = tr["micro_batch"], tr["seq_len"]
         self.dtype = getattr(torch, tr["dtype"])
+        gc.collect()  # an earlier run's model freed now, not in the middle of this one's steps
         self.offset = torch.ops.hpac.memory_stats()["current_bytes"]  # what the process held before: not the step's
         self.model = _meta_model(cfg, self.dtype, self.seq)
         self.notes, self.world = notes, world
@@ -331,10 +333,14 @@ def plan(config: Union[str, os.PathLike, dict], memory_target: Union[int, str, N
         prep.target._view = run.view([p.module for p in prep.layers])
         prep.target.watch_optimizer(run.optimizer)
         try:
-            run.steps(3, say, "plan")
+            run.steps(2, say, "plan")  # the profile, then the first step under the plan
+            prep.take_layer_stats()
+            run.steps(1, say, "plan (measured)")
         except MemoryTargetError as e:
             raise PlanError(str(e)) from None
+        stats = prep.take_layer_stats()
     report = prep.target.report()
+    uniform = prep.target.uniform_plans()
     result = {
         "format": FORMAT,
         "made_by": {"hpac": _version(), "torch": torch.__version__, "seconds": round(time.perf_counter() - t0, 2)},
@@ -350,12 +356,15 @@ def plan(config: Union[str, os.PathLike, dict], memory_target: Union[int, str, N
         "meta_measured_bytes": report["history"][-1]["measured_bytes"] if report["history"] else None,
         "meta_measured_event": report["history"][-1]["measured_event"] if report["history"] else None,
         "recompute_micros": sum(layer["recompute_micros"] for layer in report["layers"] if layer["checkpointed"]),
-        "layers": [dict(layer, path=p.path) for layer, p in zip(report["layers"], prep.layers)],
+        "floor_bytes": min((u["predicted_bytes"] for u in uniform if u["candidate"] > 0), default=None),
+        "layers": [dict(layer, path=p.path, ops={k: st.get(k, 0) for k in ("saved", "recomputed", "served")})
+                   for layer, p, st in zip(report["layers"], prep.layers, stats)],
         "events": report["events"],
         "fixed": _fixed_parts(run),
         "messages": messages,
         "notes": notes,
     }
+    del prep, run  # the plan's model and optimizer, before the modes' runs (each measures from its own start)
     if modes:
         result["modes"] = {mode: _mode_peak(cfg, world, mode, say) for mode in modes}
     result["made_by"]["seconds"] = round(time.perf_counter() - t0, 2)
@@ -404,47 +413,145 @@ def _mode_peak(cfg: dict, world: int, mode: str, say: Callable[[str], None]) -> 
     target.watch_optimizer(run.optimizer)
     run.steps(2, say, mode)
     last = target.history[-1]
+    target.remove()
     return {"peak_bytes": last["measured_bytes"], "event": last["measured_event"]}
 
 
-def _gib(n: int) -> str:
-    return f"{n / (1 << 30):.2f} GiB"
+def _size(n: Optional[int]) -> str:
+    if n is None:
+        return "-"
+    return f"{n / (1 << 30):.2f} GiB" if abs(n) >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+
+_gib = _size
+
+
+def holders(result: Dict[str, Any], top: int = 5) -> List[Any]:
+    """The largest holders of the step's bytes at its peak, largest first: (what, bytes) for the fixed parts and for
+    each layer what it keeps (checkpointed: its plan's kept bytes; not: all it keeps, its off bytes)."""
+    parts = [(k.replace("_", " "), v) for k, v in result["fixed"].items() if isinstance(v, int) and v > 0]
+    parts += [(f"{x['path']} (kept)", x["kept_bytes"] if x["checkpointed"] else x["off_bytes"])
+              for x in result["layers"]]
+    return sorted(parts, key=lambda p: -p[1])[:top]
 
 
 def report_text(result: Dict[str, Any]) -> str:
-    """The plan as a person reads it: the fixed parts, the prediction, per layer what it keeps and costs."""
-    lines = [f"hpac plan ({result['format']}) for {result['model']['class']} with "
-             f"{result['model'].get('num_hidden_layers')} layers, micro-batch {result['shapes']['micro_batch']} x seq "
-             f"{result['shapes']['seq_len']}, {result['dtype']}, world size {result['world_size']}, device "
-             f"{result['device']['name']}; made in {result['made_by']['seconds']} s with torch "
-             f"{result['made_by']['torch']}",
-             f"target {_gib(result['memory_target_bytes'])}: predicted {_gib(result['predicted_bytes'])} at "
-             f"{result['predicted_event']}; the planned step on the meta device held "
-             f"{_gib(result['meta_measured_bytes'] or 0)} at {result['meta_measured_event']}; predicted recompute "
-             f"{result['recompute_micros'] / 1e3:.1f} ms per step on {result['device']['name']} (roofline at peak: "
-             "a lower bound)"]
+    """The whole-step report as a person reads it (a plan from plan(), or a real run's from run_report()): what
+    it is for, the prediction and the measurement, the fixed parts, per layer its plan, what it keeps and holds,
+    its ops saved / recomputed / served and its predicted recompute time, and, for a step over its target, the
+    largest holders."""
+    m, shapes = result["model"], result["shapes"]
+    where = (f"on the meta device for {result['device']['name']} x {result['world_size']}" if result.get("device")
+             else f"measured on {result.get('measured_on', 'this machine')}")
+    lines = [f"hpac step report ({result['format']}): {m['class']} with {m.get('num_hidden_layers')} layers, "
+             f"micro-batch {shapes['micro_batch']} x seq {shapes['seq_len']}, {result['dtype']}, {where}; torch "
+             f"{result['made_by']['torch']}"]
+    peak, target = result.get("meta_measured_bytes") or result["predicted_bytes"], result["memory_target_bytes"]
+    lines.append(f"target {_size(target)}: predicted {_size(result['predicted_bytes'])} at "
+                 f"{result['predicted_event']}; measured {_size(result.get('meta_measured_bytes'))} at "
+                 f"{result.get('meta_measured_event')}; floor (every layer recomputed) "
+                 f"{_size(result.get('floor_bytes'))}; predicted recompute {result['recompute_micros'] / 1e3:.2f} ms "
+                 "per step" + (f" on {result['device']['name']} (its datasheet's peak: a lower bound)"
+                               if result.get("device") else ""))
     f = result["fixed"]
-    lines.append("per rank, fixed: " + ", ".join(
-        f"{k.replace('_', ' ')} {_gib(v)}" for k, v in f.items() if isinstance(v, int)))
-    lines.append("parameters per top-level module (per rank): " + ", ".join(
-        f"{k} {_gib(v)}" for k, v in f["per_module_parameters"].items()))
-    peak = max(result["predicted_bytes"], 1)
-    lines.append(f"{'layer':<24} {'plan':<16} {'kept':>10} {'forward':>10} {'backward':>10} {'recompute':>11} "
-                 f"{'share of peak':>13}")
-    for layer in result["layers"]:
-        plan_text = "budget " + _mib(layer["budget_bytes"]) if layer["checkpointed"] else "not checkpointed"
-        kept = layer["kept_bytes"] if layer["checkpointed"] else layer["off_bytes"]
-        lines.append(f"{layer['path']:<24} {plan_text:<16} {_mib(kept):>10} {_mib(layer['forward_bytes']):>10} "
-                     f"{_mib(layer['backward_bytes']):>10} {layer['recompute_micros'] / 1e3:>8.2f} ms "
-                     f"{100.0 * kept / peak:>12.1f}%")
-    for mode, m in result.get("modes", {}).items():
-        lines.append(f"mode {mode}: {_gib(m['peak_bytes'])} per rank at {m['event']}")
-    lines += [f"note: {n}" for n in result["notes"]]
+    lines.append("fixed, per rank: " + ", ".join(f"{k.replace('_', ' ')} {_size(v)}" for k, v in f.items()
+                                                 if isinstance(v, int)))
+    lines.append("parameters per top-level module, per rank: " + ", ".join(
+        f"{k} {_size(v)}" for k, v in f["per_module_parameters"].items()))
+    top = max(peak, 1)
+    lines.append(f"{'layer':<20} {'plan':<18} {'kept':>10} {'forward':>10} {'backward':>10} "
+                 f"{'saved/recomp/served':>20} {'recompute':>11} {'of peak':>8}")
+    for x in result["layers"]:
+        plan_text = f"budget {_size(x['budget_bytes'])}" if x["checkpointed"] else "not checkpointed"
+        kept = x["kept_bytes"] if x["checkpointed"] else x["off_bytes"]
+        ops = x.get("ops") or {}
+        counts = "/".join(str(ops.get(k, "-")) for k in ("saved", "recomputed", "served"))
+        lines.append(f"{x['path']:<20} {plan_text:<18} {_size(kept):>10} {_size(x['forward_bytes']):>10} "
+                     f"{_size(x['backward_bytes']):>10} {counts:>20} {x['recompute_micros'] / 1e3:>8.3f} ms "
+                     f"{100.0 * kept / top:>7.1f}%")
+    for mode, mm in result.get("modes", {}).items():
+        lines.append(f"mode {mode}: {_size(mm['peak_bytes'])} per rank at {mm['event']}")
+    if peak > target:
+        lines.append(f"over the target by {_size(peak - target)} at {result.get('meta_measured_event')}; the largest "
+                     "holders: " + ", ".join(f"{what} {_size(n)}" for what, n in holders(result)))
+    lines += [f"note: {n}" for n in result.get("notes", [])]
     return "\n".join(lines)
 
 
-def _mib(n: int) -> str:
-    return f"{n / (1 << 20):.1f} MiB"
+def run_report(model: torch.nn.Module, prep: Any, cfg: dict) -> Dict[str, Any]:
+    """The whole-step report of a real run under a memory target (hpac.hf.prepare's Preparation), in plan()'s form,
+    for report_text and plot: its last step measured, its plan, the fixed parts on this rank."""
+    report = prep.target.report()
+    last = report["history"][-1] if report["history"] else {}
+    stats = prep.take_layer_stats()
+    tr = cfg["train"]
+    run = type("Run", (), {})()
+    run.model, run.world, run.batch, run.seq = model, 1, tr["micro_batch"], tr["seq_len"]
+    run.dtype = next(model.parameters()).dtype
+    import torch.distributed as dist
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    return {"format": FORMAT, "made_by": {"hpac": _version(), "torch": torch.__version__},
+            "measured_on": str(next(model.parameters()).device), "model": _model_identity(model),
+            "shapes": {"micro_batch": run.batch, "seq_len": run.seq}, "dtype": str(run.dtype).replace("torch.", ""),
+            "world_size": world, "memory_target_bytes": report["target_bytes"],
+            "predicted_bytes": report["predicted_bytes"], "predicted_event": report["predicted_event"],
+            "meta_measured_bytes": last.get("measured_bytes"), "meta_measured_event": last.get("measured_event"),
+            "recompute_micros": sum(x["recompute_micros"] for x in report["layers"] if x["checkpointed"]),
+            "floor_bytes": None, "events": report["events"], "fixed": _fixed_parts(run),
+            "layers": [dict(x, path=p.path, ops={k: st.get(k, 0) for k in ("saved", "recomputed", "served")})
+                       for x, p, st in zip(report["layers"], prep.layers, stats)], "notes": []}
+
+
+def plot(result: Dict[str, Any], path: Union[str, os.PathLike]) -> None:
+    """One picture of the step (PNG or SVG by the path's suffix, matplotlib), per rank. Left: the predicted peak
+    as a stack of what holds it, in the order the step adds it (the fixed parts, each layer's kept bytes, then the
+    rest of the peak's event: transients, the layer running, the logits), the measured peak as a black line and
+    the target as a red one. Right: per layer, what it keeps and its predicted recompute time."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    gib = float(1 << 30)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [1, 2]})
+    fixed = [(k, v) for k, v in result["fixed"].items() if isinstance(v, int) and v > 0 and k != "logits"]
+    greys = ["#4d4d4d", "#7a7a7a", "#a6a6a6", "#c8c8c8"]
+    bottom = 0.0
+    for i, (what, n) in enumerate(fixed):
+        ax.bar(0, n / gib, bottom=bottom, color=greys[i % len(greys)], label=what.replace("_", " "))
+        bottom += n / gib
+    layers = result["layers"]
+    kept = [(x["kept_bytes"] if x["checkpointed"] else x["off_bytes"]) / gib for x in layers]
+    for x, k in zip(layers, kept):
+        ax.bar(0, k, bottom=bottom, color="#1f77b4" if x["checkpointed"] else "#9ecae1", edgecolor="white",
+               linewidth=0.3)
+        bottom += k
+    rest = max(0.0, result["predicted_bytes"] / gib - bottom)
+    ax.bar(0, rest, bottom=bottom, color="#fdae6b", label=f"rest of {result['predicted_event']}")
+    ax.bar(0, 0, color="#1f77b4", label="kept, checkpointed layers")
+    ax.bar(0, 0, color="#9ecae1", label="kept, layers not checkpointed")
+    if result.get("meta_measured_bytes"):
+        ax.hlines(result["meta_measured_bytes"] / gib, -0.45, 0.45, color="black", label="measured peak")
+    ax.axhline(result["memory_target_bytes"] / gib, color="#d62728", linestyle="--", label="target")
+    ax.set_xticks([0], ["predicted peak"])
+    ax.set_xlim(-0.8, 0.8)
+    ax.set_ylabel("GiB per rank")
+    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 0.0))
+    idx = list(range(len(layers)))
+    bx.bar(idx, kept, color=["#1f77b4" if x["checkpointed"] else "#9ecae1" for x in layers])
+    bx.set_xlabel("layer")
+    bx.set_ylabel("kept until its backward, GiB")
+    cx = bx.twinx()
+    cx.plot(idx, [x["recompute_micros"] / 1e3 for x in layers], "o-", color="#ff7f0e", markersize=3)
+    cx.set_ylabel("predicted recompute, ms per step", color="#ff7f0e")
+    bx.xaxis.get_major_locator().set_params(integer=True)
+    m = result["model"]
+    where = (f"{result['device']['name']} x {result['world_size']} (planned on meta)" if result.get("device")
+             else result.get("measured_on", ""))
+    fig.suptitle(f"{m['class']}, {m.get('num_hidden_layers')} layers, micro-batch {result['shapes']['micro_batch']} "
+                 f"x {result['shapes']['seq_len']}, {result['dtype']}, {where}; target "
+                 f"{_size(result['memory_target_bytes'])}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(os.fspath(path), metadata={"Date": None} if str(path).endswith(".svg") else None)
+    plt.close(fig)
 
 
 # --- applying a plan (activation_checkpoint.plan; hpac.hf.prepare) ---------------------------------------------------

@@ -281,6 +281,7 @@ class Preparation:
     _compiled_modules: list = field(default_factory=list, init=False, repr=False)
     _log: Optional[Callable[[str, str], None]] = field(default=None, init=False, repr=False)
     _native_model: Optional[torch.nn.Module] = field(default=None, init=False, repr=False)
+    _config: Optional[dict] = field(default=None, init=False, repr=False)  # what prepare() applied
     # activation_checkpoint.memory_target: the whole step's target over the budget layers (report(), plan, history)
     target: Optional["hpac.MemoryTarget"] = field(default=None, init=False, repr=False)
     # activation_checkpoint.plan: {'path', 'data' (the plan file), 'by_path' (its layers), 'guard' (the shape hook)}
@@ -305,6 +306,16 @@ class Preparation:
         if self.full_route:
             return self.full_route
         return "budget" if any(p.layer == "budget" for p in self.layers) else "selective"
+
+    def step_report(self) -> dict:
+        """The whole-step report of a run under activation_checkpoint.memory_target (hpac._plan.run_report: its plan,
+        what each layer keeps and its ops, the fixed parts, the last step measured); hpac._plan.report_text(...)
+        prints it, hpac._plan.plot(...) draws it. Takes the layers' stats (as take_layer_stats)."""
+        from . import _plan
+        if self.target is None:
+            raise ValueError("hpac.hf: step_report needs activation_checkpoint.memory_target (a whole-step target); "
+                             "this preparation has none")
+        return _plan.run_report(self.target.model, self, self._config)
 
     def take_layer_stats(self) -> list:
         """hpac's counters summed over each prepared layer's calls since the last take (call after backward)."""
@@ -422,6 +433,7 @@ def prepare(model: torch.nn.Module, config: Union[str, os.PathLike, dict], regis
         config = parse_config(json.dumps(config, indent=1), "<the dict given to hpac.hf.prepare>")
     prep = Preparation()
     prep._log = log
+    prep._config = config
     compile_on = config["train"]["compile"]
     facts = _config_facts(config, compile_on)
     plan = plan_routes(facts)

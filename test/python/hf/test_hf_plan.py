@@ -1,0 +1,288 @@
+"""hpac plan (plugin/python/hpac/_plan.py): a whole step planned on the meta device for a machine that is not here.
+A meta tensor counts its bytes; a meta step holds, event by event, what the same step holds on CPU; a plan made on
+meta and applied by a real run (activation_checkpoint.plan) holds that run's peak within 2 % of its prediction and
+trains bitwise as off; a plan made for another model, shapes, dtype or world size is refused naming the difference;
+device specs and the command line's errors name what is allowed."""
+import gc
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import hpac
+import hpac.hf as hf
+import hpac.harness.models as hm
+import models
+from hpac import _devices, _plan
+
+YAML = models.QWEN3_MOE_YAML.replace("seq_len: 32, micro_batch: 2", "seq_len: 128, micro_batch: 4")
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(hpac.__file__)))
+
+
+def _yaml(tmp_path, mode="off", extra="", name="run.yaml"):
+    path = tmp_path / name
+    path.write_text(YAML % mode + extra)
+    return str(path)
+
+
+def _python(code, **env):
+    """`code` in a fresh process (a pinned roofline, the meta step's global settings) with this test's hpac."""
+    path = os.pathsep.join([PACKAGE] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=path, **env))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_meta_tensor_counts_its_bytes_until_it_dies():
+    torch.ops.hpac.track_meta_memory()
+    assert torch.ops.hpac.meta_memory_tracked()
+    gc.collect()
+    before = hpac.memory_stats()["current_bytes"]
+    t = torch.empty(1000, 3, device="meta")
+    u = t.to(torch.bfloat16)
+    assert hpac.memory_stats()["current_bytes"] - before == 12000 + 6000
+    del t, u
+    assert hpac.memory_stats()["current_bytes"] == before
+
+
+_EVENTS = """
+import json, sys, torch, hpac, hpac.hf as hf
+from hpac import _plan, _devices
+import hpac.harness.models as hm
+dev = sys.argv[1] if len(sys.argv) > 1 else {dev!r}
+cfg = hf.load_config({config!r})
+if dev == "meta":
+    torch.ops.hpac.track_meta_memory()
+    _devices.set_meta_roofline(_devices.SPECS["h100-sxm"])
+else:
+    hpac.track_memory()
+model = hm.qwen3_moe_model(cfg["model"], 0, device=dev)
+ac = dict(cfg["activation_checkpoint"], mode="budget", memory_target={{"bytes": 1 << 40, "text": "1TiB", "where": "t"}},
+          cost="estimated")
+prep = hf.prepare(model, dict(cfg, activation_checkpoint=ac), log=lambda level, message: None)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+prep.target.watch_optimizer(opt)
+ids = torch.zeros(4, 128, dtype=torch.long, device=dev)
+import contextlib
+with (_plan._traceable(model, []) if dev == "meta" else contextlib.nullcontext()):
+    for step in range(3):
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+print(json.dumps(prep.target.report()["events"]))
+"""
+
+
+def test_a_meta_step_holds_at_every_event_what_a_cpu_step_holds(tmp_path):
+    """The step's events (Note [The step's peak as events]) measured on the meta device and on CPU, no layer
+    checkpointed: within 0.5 % each (Note [A meta op holds its outputs]: without it a decomposed log_softmax
+    counts its intermediates; Note [Attention on meta as on CPU]: without it attention keeps its scores)."""
+    config = _yaml(tmp_path)
+    cpu = _python(_EVENTS.format(dev="cpu", config=config))
+    meta = _python(_EVENTS.format(dev="meta", config=config))
+    assert set(cpu) == set(meta) and len(cpu) == 3 * 4 + 2
+    for event, held in cpu.items():
+        assert abs(meta[event] - held) <= 0.005 * held, (event, meta[event], held)
+
+
+_APPLY = """
+import json, torch, hpac, hpac.hf as hf
+import hpac.harness.models as hm
+hpac.track_memory()
+torch.set_num_threads(1)
+def train(config):
+    cfg = hf.load_config(config)
+    model = hm.qwen3_moe_model(cfg["model"], 1234)
+    prep = hf.prepare(model, cfg, log=lambda level, message: None)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    peaks, losses = [], []
+    for step in range(4):
+        ids = hm.token_batch(cfg["model"]["vocab_size"], 4, 128, 1, step)
+        hpac.reset_peak_memory()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        peaks.append(hpac.memory_stats()["peak_bytes"])
+        losses.append(loss.item())
+    layers = [p.layer for p in prep.layers]
+    del model, opt, prep, loss
+    return peaks, losses, layers
+off = train({off!r})
+planned = train({planned!r})
+print(json.dumps({{"off": off, "planned": planned}}))
+"""
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    """Plans made by `python -m hpac plan` for the test model: a probe (fixed modes full and off), then a target
+    a third of the way from full's peak to off's."""
+    folder = tmp_path_factory.mktemp("plans")
+    config = _yaml(folder)
+    probe = _plan.plan(config, "1GiB", modes=("off", "full"))
+    lo, hi = probe["modes"]["full"]["peak_bytes"], probe["modes"]["off"]["peak_bytes"]
+    assert lo < hi
+    target = int(lo + (hi - lo) / 3)
+    path = folder / "plan.json"
+    done = subprocess.run([sys.executable, "-m", "hpac", "plan", config, "--memory-target", str(target),
+                           "--out", str(path), "--quiet"], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=PACKAGE))
+    assert done.returncode == 0, done.stderr
+    with open(path) as f:
+        return folder, config, target, json.load(f)
+
+
+def test_a_plan_made_on_meta_holds_in_a_real_run_and_trains_as_off(plans):
+    folder, config, target, plan = plans
+    assert any(layer["checkpointed"] for layer in plan["layers"])
+    planned = folder / "planned.yaml"  # the plan's path is relative to the YAML's folder
+    planned.write_text((YAML % "budget").replace("{mode: budget}", "{mode: budget, plan: plan.json}"))
+    rates = _devices.SPECS["h100-sxm"]
+    pinned = f"{rates.flops_tflops['float32'] * 1e6:.6g}:{rates.bandwidth_tb_s * 1e6:.6g}"
+    out = _python(_APPLY.format(off=config, planned=str(planned)), HPAC_ROOFLINE=pinned)
+    peaks, losses, layers = out["planned"]
+    assert layers == ["budget" if x["checkpointed"] else "off" for x in plan["layers"]]
+    assert losses == out["off"][1]  # bitwise: the plan's regions recompute what off computes
+    measured = max(peaks[1:])
+    assert measured <= target, (measured, target)
+    assert abs(plan["predicted_bytes"] - measured) <= 0.02 * measured, (plan["predicted_bytes"], measured)
+    assert max(out["off"][0]) > target  # the plan had something to do
+
+
+def test_a_plan_for_another_run_is_refused_naming_the_difference(plans, tmp_path):
+    folder, config, target, plan = plans
+    path = str(folder / "plan.json")
+
+    def prepare(text, model=None):
+        cfg = hf.parse_config(text.replace("{mode: off}", f"{{mode: budget, plan: {path}}}"), "p.yaml")
+        model = model or models.qwen3_moe(cfg["model"])
+        return model, hf.prepare(model, cfg, log=lambda level, message: None)
+
+    with pytest.raises(_plan.PlanError, match=r"made for model num_hidden_layers 4, this run has 3"):
+        prepare((YAML % "off").replace("num_layers: 4", "num_layers: 3"))
+    with pytest.raises(_plan.PlanError, match=r"made for train\.seq_len 128, this run has 64"):
+        prepare((YAML % "off").replace("seq_len: 128", "seq_len: 64"))
+    cfg = hf.parse_config(YAML % "off", "p.yaml")
+    with pytest.raises(_plan.PlanError, match=r"made for dtype 'float32', this run has 'bfloat16'"):
+        prepare(YAML % "off", models.qwen3_moe(cfg["model"]).to(torch.bfloat16))
+    model, prep = prepare(YAML % "off")
+    ids = hm.token_batch(cfg["model"]["vocab_size"], 2, 128, 1, 0)
+    with pytest.raises(_plan.PlanError, match=r"micro_batch x seq_len \(4, 128\), this call has \(2, 128\)"):
+        model(input_ids=ids, labels=ids)
+    hf.unprepare(model, prep)
+    model(input_ids=ids, labels=ids)  # the guard went with the preparation
+
+
+def test_plan_files_that_are_not_plans_are_refused(tmp_path):
+    with pytest.raises(_plan.PlanError, match=r"no such file; allowed: a plan written by"):
+        _plan.load_plan(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(_plan.PlanError, match=r"is not JSON"):
+        _plan.load_plan(tmp_path / "bad.json")
+    (tmp_path / "old.json").write_text('{"format": "hpac-step-plan 0"}')
+    with pytest.raises(_plan.PlanError, match=r"has format 'hpac-step-plan 0'; allowed: 'hpac-step-plan 1'"):
+        _plan.load_plan(tmp_path / "old.json")
+
+
+def test_the_parser_takes_plan_with_mode_budget_alone():
+    c = hf.parse_config("activation_checkpoint:\n  mode: budget\n  plan: p.json\n", "b.yaml")
+    assert c["activation_checkpoint"]["plan"] == {"path": "p.json", "where": "b.yaml:3:9"}
+    with pytest.raises(RuntimeError, match=r"b\.yaml:3:9: activation_checkpoint\.plan: 'p\.json' is set beside "
+                                           r"memory_target"):
+        hf.parse_config("activation_checkpoint:\n  mode: budget\n  plan: p.json\n  memory_target: 8GiB\n", "b.yaml")
+    with pytest.raises(RuntimeError, match=r"'p\.json' is set but mode is 'full'; allowed only with "
+                                           r"activation_checkpoint\.mode: budget"):
+        hf.parse_config("activation_checkpoint:\n  mode: full\n  plan: p.json\n", "b.yaml")
+
+
+def test_a_device_spec_times_each_dtype_at_its_own_rate(tmp_path):
+    """Note [A device that is not here]: a matmul on meta is estimated at its dtype's peak from the spec."""
+    spec = tmp_path / "dev.yaml"
+    spec.write_text("name: slow\nflops_tflops: {float32: 1, bfloat16: 4}\nbandwidth_tb_s: 1000\nmemory_gb: 16\n"
+                    "source: a test\n")
+    out = _python(f"""
+import json, torch, hpac
+from hpac import _devices
+torch.ops.hpac.track_meta_memory()
+_devices.set_meta_roofline(_devices.device_spec({str(spec)!r}))
+torch.ops.hpac.meta_ops_in_regions(True)
+rows = {{}}
+for dtype in (torch.float32, torch.bfloat16):
+    b = hpac.budget(bytes=0, cost="estimated")
+    w = torch.empty(256, 512, device="meta", dtype=dtype, requires_grad=True)
+    x = torch.empty(128, 256, device="meta", dtype=dtype, requires_grad=True)
+    hpac.checkpoint(lambda t: torch.mm(t, w).sum(), x, policy=b).backward()
+    rows[str(dtype)] = [p["estimated_micros"] for p in b.profile() if p["op"] == "aten::mm"][0]
+print(json.dumps(rows))
+""")
+    flops = 2 * 128 * 256 * 512
+    assert out["torch.float32"] == pytest.approx(flops / 1e6)       # 1 TFLOP/s = 10^6 flop per µs
+    assert out["torch.bfloat16"] == pytest.approx(flops / 4e6)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("flops_tflops: {bfloat16: 4}\nbandwidth_tb_s: 1\nmemory_gb: 1\n", r"needs a float32 entry"),
+    ("flops_tflops: {float32: 1}\nbandwidth_tb_s: 0\nmemory_gb: 1\n", r"bandwidth_tb_s 0 is not a positive number"),
+    ("flops_tflops: {float32: 1, int4: 9}\nbandwidth_tb_s: 1\nmemory_gb: 1\n", r"names dtype 'int4'"),
+    ("flops_tflops: {float32: 1}\nbandwidth_tb_s: 1\nmemory_gb: 1\nclock: 3\n", r"unknown key\(s\) clock"),
+])
+def test_bad_device_specs_name_what_is_allowed(tmp_path, text, message):
+    spec = tmp_path / "dev.yaml"
+    spec.write_text(text)
+    with pytest.raises(_devices.DeviceSpecError, match=message + r".*allowed: a shipped spec \(a100-sxm-80gb, "):
+        _devices.device_spec(str(spec))
+    with pytest.raises(_devices.DeviceSpecError, match=r"'tpu9' is neither a shipped spec nor a file"):
+        _devices.device_spec("tpu9")
+
+
+def test_the_command_line_plans_and_says_what_was_wrong(tmp_path):
+    config = _yaml(tmp_path)
+    env = dict(os.environ, PYTHONPATH=PACKAGE)
+    ok = subprocess.run([sys.executable, "-m", "hpac", "plan", config, "--memory-target", "1GiB", "--report",
+                         "--out", str(tmp_path / "p.json"), "--plot", str(tmp_path / "p.svg")],
+                        capture_output=True, text=True, env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert "plan (measured): step 1 of 1 on the meta device" in ok.stderr  # progress
+    assert "model.layers.3" in ok.stdout and (tmp_path / "p.json").exists()
+    assert (tmp_path / "p.svg").read_text().count("<path") > 10  # matplotlib drew the step
+    bad = subprocess.run([sys.executable, "-m", "hpac", "plan", config, "--device", "tpu9"], capture_output=True,
+                         text=True, env=env)
+    assert bad.returncode == 2 and "error: hpac: device spec 'tpu9' is neither" in bad.stderr
+    low = subprocess.run([sys.executable, "-m", "hpac", "plan", config, "--memory-target", "1MiB", "--quiet"],
+                         capture_output=True, text=True, env=env)
+    assert low.returncode == 2 and "is below this step's floor" in low.stderr
+
+
+def test_a_real_runs_report_names_its_layers_and_the_largest_holders_when_over(plans):
+    """The same report from a real run under memory_target (Preparation.step_report), and, for a step over its
+    target, the largest holders of its peak."""
+    folder, config, target, plan = plans
+    cfg = hf.parse_config((YAML % "budget").replace("{mode: budget}", f"{{mode: budget, memory_target: {target}B}}"),
+                          "r.yaml")
+    hpac.track_memory()
+    model = models.qwen3_moe(cfg["model"])
+    prep = hf.prepare(model, cfg, log=lambda level, message: None)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for step in range(3):
+        ids = hm.token_batch(cfg["model"]["vocab_size"], 4, 128, 1, step)
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    report = prep.step_report()
+    assert [x["path"] for x in report["layers"]] == [f"model.layers.{i}" for i in range(4)]
+    assert report["meta_measured_bytes"] <= target
+    assert sum(x["ops"]["recomputed"] for x in report["layers"] if x["checkpointed"]) > 0
+    text = _plan.report_text(report)
+    assert "measured on cpu" in text and "over the target" not in text
+    over = dict(report, memory_target_bytes=report["meta_measured_bytes"] // 2)
+    text = _plan.report_text(over)
+    biggest = max([v for k, v in report["fixed"].items() if isinstance(v, int)] +
+                  [x["kept_bytes"] if x["checkpointed"] else x["off_bytes"] for x in report["layers"]])
+    assert "over the target by" in text and f"the largest holders: " in text
+    assert _plan.holders(over)[0][1] == biggest
+    hf.unprepare(model, prep)
