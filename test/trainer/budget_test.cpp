@@ -116,6 +116,36 @@ TEST(TrainerBudgetConfig, BudgetAndMemoryBudgetComeTogether) {
   EXPECT_NE(e.find("is set but no layer uses mode budget (mode is 'off')"), std::string::npos) << e;
 }
 
+TEST(TrainerBudgetConfig, PlanIsAPathWithModeBudgetAloneAndHpacTrainRefusesIt) {
+  const TrainConfig c = parseOk("activation_checkpoint:\n  mode: budget\n  plan: plans/p.json\n");
+  ASSERT_TRUE(c.activation_checkpoint.plan.has_value());
+  EXPECT_EQ(*c.activation_checkpoint.plan, "plans/p.json");
+  EXPECT_EQ(c.activation_checkpoint.plan_where, "b.yaml:3:9");
+  std::string e = parseError("activation_checkpoint:\n  mode: budget\n  plan: p.json\n  memory_budget: 0.5\n");
+  EXPECT_NE(e.find("b.yaml:3:9: activation_checkpoint.plan: 'p.json' is set beside memory_budget; allowed: one of "
+                   "plan"),
+            std::string::npos)
+      << e;
+  e = parseError("activation_checkpoint:\n  mode: selective\n  plan: p.json\n");
+  EXPECT_NE(e.find("'p.json' is set but mode is 'selective'; allowed only with activation_checkpoint.mode: budget"),
+            std::string::npos)
+      << e;
+  e = parseError("activation_checkpoint:\n  mode: budget\n  plan: p.json\n  layers: {0: full}\n");
+  EXPECT_NE(e.find("'p.json' plans every layer; allowed only without activation_checkpoint.layers"),
+            std::string::npos)
+      << e;
+  e = parseError("activation_checkpoint:\n  mode: budget\n  plan: ''\n");
+  EXPECT_NE(e.find("activation_checkpoint.plan: is empty; allowed: the path of a step plan file"), std::string::npos)
+      << e;
+  // A plan is for the transformers model hpac.hf.prepare wraps: hpac-train refuses it, naming the key.
+  auto t = Trainer::create(c, *builtinRegistry(), nullptr);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(std::string(t.status().message()).find("b.yaml:3:9: activation_checkpoint.plan 'plans/p.json': a step plan "
+                                                   "from `python -m hpac plan`"),
+            std::string::npos)
+      << t.status().message();
+}
+
 TEST(TrainerBudgetConfig, MemoryTargetIsBytesWithModeBudgetAlone) {
   const TrainConfig c = parseOk("activation_checkpoint:\n  mode: budget\n  memory_target: 70GiB\n");
   ASSERT_TRUE(c.activation_checkpoint.memory_target.has_value());
