@@ -29,6 +29,7 @@ from report_common import ROOT, load, print_sections, rows, span, stray_figures,
 from report_common import render as render_sections  # noqa: E402
 from budget_frontier_report import budget_frontier  # noqa: E402
 from memory_target_report import memory_target, memory_target_30b  # noqa: E402
+from meta_plan_report import meta_plan, meta_plan_scale  # noqa: E402
 from compile_compare_report import compile_compare  # noqa: E402
 from cost_estimate_report import cost_estimate  # noqa: E402
 from dist_torchrun_report import dist_drift, dist_torchrun  # noqa: E402
@@ -61,6 +62,7 @@ SECTIONS = {
     "target_shapes_summary": target_shapes_summary,
     "memory_target": memory_target,
     "memory_target_30b": memory_target_30b,
+    "meta_plan": meta_plan, "meta_plan_scale": meta_plan_scale,
     # A GPU run's target shapes (tools/gpu_check.sh), for the region docs/results.md says it goes under.
     "gpu_target_shapes": lambda r: target_shapes_table(load(r, "gpu_check_target_shapes.json")),
     "policy_fn_overhead": policy_fn_overhead, "policy_fn_overhead_reading": policy_fn_overhead_reading,

@@ -511,8 +511,8 @@ void registerPlannerOps(torch::Library& m) {
   m.def("sdp_choice(int[] q, int[] k, int[] v, ScalarType dtype, int[]? mask, ScalarType? mask_dtype, "
         "float dropout_p, bool is_causal, float? scale, bool enable_gqa) -> int",
         [](std::vector<int64_t> q, std::vector<int64_t> k, std::vector<int64_t> v, c10::ScalarType dtype,
-           std::optional<std::vector<int64_t>> mask, std::optional<c10::ScalarType> mask_dtype, double dropout_p,
-           bool is_causal, std::optional<double> scale, bool enable_gqa) -> int64_t {
+           c10::optional<std::vector<int64_t>> mask, c10::optional<c10::ScalarType> mask_dtype, double dropout_p,
+           bool is_causal, c10::optional<double> scale, bool enable_gqa) -> int64_t {  // c10::optional: torch 1.13
 #if HPAC_TORCH_AT_LEAST(2, 5)
           c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
           auto stand_in = [&](std::vector<int64_t> shape) {

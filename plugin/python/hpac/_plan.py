@@ -323,14 +323,14 @@ def plan(config: Union[str, os.PathLike, dict], memory_target: Union[int, str, N
         f"{run.batch} x seq {run.seq}, {cfg['train']['dtype']}, world size {world}, device {spec.name}, target "
         f"{_gib(target)}")
     ac = dict(mode="budget", memory_budget=None, memory_target={"bytes": target, "text": str(memory_target),
-              "where": "hpac plan"}, plan=None, cost="estimated", layers=[], _view=None)
-    prepared = dict(cfg, activation_checkpoint=dict(cfg["activation_checkpoint"], **ac))
+              "where": "hpac plan"}, plan=None, cost="estimated", layers=[])
+    prepared = dict(cfg, activation_checkpoint=dict(cfg["activation_checkpoint"], **ac, _view=run.view))
     messages: List[Dict[str, str]] = []
     with _traceable(run.model, notes):
         prep = hf.prepare(run.model, prepared, log=lambda level, m: messages.append({"level": level, "text": m}))
+        del prepared["activation_checkpoint"]["_view"]  # it holds the run: kept in prep's config, a cycle
         if prep.target is None:
             raise PlanError("hpac plan: the model's layers were not found (hpac.hf's discovery); nothing to plan")
-        prep.target._view = run.view([p.module for p in prep.layers])
         prep.target.watch_optimizer(run.optimizer)
         try:
             run.steps(2, say, "plan")  # the profile, then the first step under the plan
@@ -367,6 +367,8 @@ def plan(config: Union[str, os.PathLike, dict], memory_target: Union[int, str, N
     del prep, run  # the plan's model and optimizer, before the modes' runs (each measures from its own start)
     if modes:
         result["modes"] = {mode: _mode_peak(cfg, world, mode, say) for mode in modes}
+    gc.collect()  # the last meta model (its hooks make cycles) before the caller's own steps: meta bytes count in
+    #               the tracker that a real run's memory target reads
     result["made_by"]["seconds"] = round(time.perf_counter() - t0, 2)
     if out is not None:
         with open(os.fspath(out), "w", encoding="utf-8") as f:

@@ -385,7 +385,8 @@ def plan_routes(facts: dict) -> dict:
 
 
 def _config_facts(config, compile_on):
-    return {"file": config["file"], "activation_checkpoint": config["activation_checkpoint"],
+    ac = {k: v for k, v in config["activation_checkpoint"].items() if not k.startswith("_")}  # hpac.plan's _view
+    return {"file": config["file"], "activation_checkpoint": ac,
             "activation_swap": config["activation_swap"], "compile": compile_on, "compiles_layers": True,
             "model": None}
 
@@ -549,9 +550,12 @@ def _fit_target(prep, model, ac):
                          "profiles; allowed only with train.compile: false")
     entries = [(p.path, p.module, p.budget, functools.partial(_torch_checkpointed, p._context_fn(p.budget)))
                for p in layers]
+    # hpac.plan's view of one rank (Note [One rank of a sharded step]), made for the layers found here: the target
+    # counts the parameters and gradients one rank holds (the floor's parts) through it from its start
+    view = ac.get("_view")
     prep.target = hpac.MemoryTarget(model, entries, target["bytes"],
                                     lambda level, message: (prep.warn if level == "warning" else prep.info)(message),
-                                    view=ac.get("_view"))  # hpac.plan's (Note [One rank of a sharded step])
+                                    view=view([p.module for p in layers]) if view is not None else None)
     prep.info(f"memory target {target['text']}: step 1 profiles every layer (all recomputed), the plan for the whole "
               "step is made at step 2's start")
 

@@ -6,6 +6,7 @@ device specs and the command line's errors name what is allowed."""
 import gc
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -286,3 +287,23 @@ def test_a_real_runs_report_names_its_layers_and_the_largest_holders_when_over(p
     assert "over the target by" in text and f"the largest holders: " in text
     assert _plan.holders(over)[0][1] == biggest
     hf.unprepare(model, prep)
+
+
+def test_a_plan_frees_its_meta_step_and_names_one_ranks_parts_below_the_floor(tmp_path):
+    """plan() returns with nothing of its meta models alive (their bytes count in the tracker a real run's target
+    reads), and a target below the floor of a sharded step names the parameters and gradients one rank holds."""
+    config = _yaml(tmp_path)
+    hpac.track_memory()
+    gc.collect()
+    before = hpac.memory_stats()["current_bytes"]
+    _plan.plan(config, "1GiB", world_size=2, modes=("full",))
+    assert hpac.memory_stats()["current_bytes"] == before  # no gc.collect() of ours: plan() leaves nothing behind
+    model = models.qwen3_moe(hf.load_config(config)["model"])
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    del model
+    with pytest.raises(_plan.PlanError, match="below this step's floor") as e:
+        _plan.plan(config, "1MiB", world_size=2)
+    named = re.search(r"\(parameters ([\d.]+) MiB; .*gradients up to ([\d.]+) MiB", str(e.value))
+    assert named, str(e.value)
+    for value in named.groups():
+        assert abs(float(value) - params / 2 / 2**20) < 0.01, (str(e.value), params)
