@@ -1,6 +1,7 @@
 """docs/results.md "Plan for the machine you will train on" (sections meta_plan and meta_plan_scale), from
 bench/results/meta_plan_*.json (bench/meta_plan.py)."""
 import os
+import re
 
 from report_common import load
 
@@ -80,20 +81,40 @@ def meta_plan_scale(r):
            "| layout | world size | target | planned in | peak RSS | predicted peak per rank (event) | layers "
            "checkpointed | predicted recompute time | fixed modes per rank (event) |",
            "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-    rows = [(f"48 layers, micro-batch {b} x seq 4096", s[f"batch_{b}"]) for b in (1, 2) if f"batch_{b}" in s]
+    rows = [(f"48 layers, micro-batch {b} x seq 4096", 8, "80GiB", s[f"batch_{b}"]) for b in (1, 2)
+            if f"batch_{b}" in s]
     for world, targets in s.get("seed_table", {}).items():
-        rows += [("the seed's: 48 layers, micro-batch 1 x seq 1024", v) for v in targets.values()]
-    for layout, v in rows:
+        rows += [("the seed's: 48 layers, micro-batch 1 x seq 1024", world, t, v) for t, v in targets.items()]
+    for layout, world, target, v in rows:
         p = v["plan"]
         if "error" in p:
-            out.append(f"| {layout} | | | {v['wall_s']:.0f} s | | refused: {p['error'].split(': ', 1)[-1][:200]} "
-                       "| | | |")
+            floor = re.search(r"below this step's floor (\S+ \S+) .*?set by (.*?): live", p["error"])
+            why = f"below the floor, {floor.group(1)} ({floor.group(2)})" if floor else p["error"][-160:]
+            out.append(f"| {layout} | {world} | {target.replace('GiB', '.00 GiB')} | {v['wall_s']:.0f} s | | "
+                       f"refused: {why} | | | |")
             continue
         on = sum(1 for x in p["layers"] if x["checkpointed"])
         rss = _gib(v["rss_bytes"]) if v.get("rss_bytes") else "n/a"
         out.append(f"| {layout} | {p['world_size']} | {_gib(p['memory_target_bytes'])} | {v['wall_s']:.0f} s | {rss} "
                    f"| {_gib(p['predicted_bytes'])} ({p['predicted_event']}) | {on} of {len(p['layers'])} | "
                    f"{p['recompute_micros'] / 1e3:.1f} ms | {_modes(p) or '(not asked)'} |")
+    seed = s.get("seed_table")
+    if seed:
+        ref = load(r, "target_shapes.json")["seed"]
+        out += ["", "Beside the seed's table (the reference design's 48 layers at seq 1024 in bfloat16 on accelerators; "
+                "its parallel layout is not given): each mode's peak per rank as hpac's meta step holds it, by "
+                "FSDP2 world size, and the ratios to off.", "",
+                "| | off | full | selective | full / off | selective / off |", "|---|---:|---:|---:|---:|---:|",
+                f"| the seed's table | {ref['off']['peak_gb']:.2f} G | {ref['full']['peak_gb']:.2f} G | "
+                f"{ref['selective']['peak_gb']:.2f} G | {ref['full']['peak_gb'] / ref['off']['peak_gb']:.2f} | "
+                f"{ref['selective']['peak_gb'] / ref['off']['peak_gb']:.2f} |"]
+        for world, targets in seed.items():
+            modes = next((v["plan"]["modes"] for v in targets.values() if "modes" in v["plan"]), None)
+            if modes:
+                off = modes["off"]["peak_bytes"]
+                out.append(f"| hpac, meta, {world} ranks | {_gib(off)} | {_gib(modes['full']['peak_bytes'])} | "
+                           f"{_gib(modes['selective']['peak_bytes'])} | {modes['full']['peak_bytes'] / off:.2f} | "
+                           f"{modes['selective']['peak_bytes'] / off:.2f} |")
     line = d.get("layers_line")
     if line:
         sh = line["shapes"]

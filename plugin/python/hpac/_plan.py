@@ -513,7 +513,7 @@ def plot(result: Dict[str, Any], path: Union[str, os.PathLike]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     gib = float(1 << 30)
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [1, 2]})
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [1.3, 2]})
     fixed = [(k, v) for k, v in result["fixed"].items() if isinstance(v, int) and v > 0 and k != "logits"]
     greys = ["#4d4d4d", "#7a7a7a", "#a6a6a6", "#c8c8c8"]
     bottom = 0.0
@@ -527,16 +527,16 @@ def plot(result: Dict[str, Any], path: Union[str, os.PathLike]) -> None:
                linewidth=0.3)
         bottom += k
     rest = max(0.0, result["predicted_bytes"] / gib - bottom)
-    ax.bar(0, rest, bottom=bottom, color="#fdae6b", label=f"rest of {result['predicted_event']}")
+    ax.bar(0, rest, bottom=bottom, color="#fdae6b", label=f"the rest of the peak ({result['predicted_event']})")
     ax.bar(0, 0, color="#1f77b4", label="kept, checkpointed layers")
     ax.bar(0, 0, color="#9ecae1", label="kept, layers not checkpointed")
     if result.get("meta_measured_bytes"):
         ax.hlines(result["meta_measured_bytes"] / gib, -0.45, 0.45, color="black", label="measured peak")
     ax.axhline(result["memory_target_bytes"] / gib, color="#d62728", linestyle="--", label="target")
     ax.set_xticks([0], ["predicted peak"])
-    ax.set_xlim(-0.8, 0.8)
+    ax.set_xlim(-0.5, 2.3)  # the legend stands beside the bar
     ax.set_ylabel("GiB per rank")
-    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 0.0))
+    ax.legend(fontsize=7, loc="center right")
     idx = list(range(len(layers)))
     bx.bar(idx, kept, color=["#1f77b4" if x["checkpointed"] else "#9ecae1" for x in layers])
     bx.set_xlabel("layer")
