@@ -40,7 +40,8 @@ __all__ = ["IGNORED_OPS", "RECOMPUTE_OPS", "MATMUL_OPS", "SAVE_OPS", "category",
 IGNORED_OPS = frozenset({
     "aten::_chunk_cat", "aten::copy_.default", "aten::detach", "aten::empty.memory_format", "aten::empty_like",
     "aten::split_with_sizes_copy", "aten::view.default", "c10d::_allgather_base_", "fsdp::all_gather_copy_in",
-    "fsdp::chunk_cat", "fsdp::split_with_sizes_copy", "prim::device", "profiler::_record_function_enter",
+    "fsdp::chunk_cat", "fsdp::split_with_sizes_copy", "hpac::sdp_choice", "prim::device",
+    "profiler::_record_function_enter",
     "profiler::_record_function_enter_new", "profiler::_record_function_exit",
 })
 # policy/op_tables.cpp kRecomputeOps.

@@ -79,7 +79,7 @@ TEST(TrainerConfig, UnknownKeysAreRejectedWithPosition) {
   std::string e = parseError("activation_checkpoint:\n  mode: full\n  strategy: aggressive\n");
   EXPECT_NE(e.find("t.yaml:3:3"), std::string::npos) << e;
   EXPECT_NE(e.find("unknown key 'strategy'"), std::string::npos) << e;
-  EXPECT_NE(e.find("allowed keys: mode, memory_budget, memory_target, layers"), std::string::npos) << e;
+  EXPECT_NE(e.find("allowed keys: mode, memory_budget, memory_target, plan, layers"), std::string::npos) << e;
   e = parseError("trian: {steps: 1}\n");
   EXPECT_NE(e.find("unknown key 'trian'"), std::string::npos) << e;
   e = parseError("model: {hidden: 64}\n");

@@ -240,7 +240,7 @@ def _world(cfg: dict, world_size: Optional[int]) -> int:
 
 def _meta_model(cfg: dict, dtype: torch.dtype, seq: int) -> torch.nn.Module:
     import transformers
-    from .harness import models
+    from . import _models as models
     spec = cfg["model"]
     if not str(spec.get("preset", "")).startswith("qwen3_moe"):
         raise PlanError(f"hpac plan: model.preset {spec.get('preset')!r}; allowed: a qwen3_moe preset (the "
