@@ -61,7 +61,7 @@ def _check(d, name):
 def meta_plan(r):
     """Meta plans applied by real CPU runs: the main job and Qwen3-30B-A3B's layer shapes."""
     out = []
-    for name in ("meta_plan_main.json", "meta_plan_30b_2.json"):
+    for name in ("meta_plan_main.json", "meta_plan_30b_2.json", "meta_plan_30b_4.json"):
         if os.path.exists(os.path.join(r, name)):
             out += _check(load(r, name), name) + [""]
     return out[:-1]
