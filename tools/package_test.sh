@@ -3,8 +3,11 @@
 # build/ for the C++ install):
 #  1. Python: pip wheel --no-build-isolation builds the wheel against .venv's torch (core only, pyproject.toml) in
 #     build-wheel/ (beside build/, at its depth, so that ccache, where installed, serves the compiles build/ made);
-#     a fresh virtual environment gets the pinned torch and transformers (tools/requirements.txt) and the wheel, and
-#     runs test/package/wheel_smoke.py there (isolated mode), hpac.hf on a transformers model included;
+#     auditwheel repair bundles yaml-cpp and abseil (not torch's libraries) and gives it its manylinux tag; a fresh
+#     virtual environment gets the pinned torch and transformers (tools/requirements.txt) and the wheel, and runs
+#     test/package/wheel_smoke.py there (isolated mode), hpac.hf on a transformers model included, with the build
+#     machine's yaml-cpp and abseil hidden from the loader; then the sdist (build, twine check) is installed in its
+#     place from source and smoke-tested the same way;
 #  2. C++: cmake --install build/ into build/install, the installed CLIs' --version, and examples/cmake_consumer
 #     configured with find_package(Torch) + find_package(hpac) against that install, built and run (a checkpointed
 #     step under each policy with parity to off).
@@ -37,7 +40,33 @@ CMAKE_GENERATOR=$(cached CMAKE_GENERATOR) "$python" -m pip wheel -q --no-build-i
   cat "$build/wheel.log" >&2
   exit 1
 }
-wheel=$(ls "$dist"/hpac-"$version"-*.whl)
+raw=$(ls "$dist"/hpac-"$version"-*.whl)
+# auditwheel (pinned in tools/requirements.txt) bundles yaml-cpp and abseil, never torch's libraries, and gives the
+# manylinux tag (tools/packaging/repair_wheel.sh).
+stage "auditwheel repair $(basename "$raw") (torch's libraries excluded)"
+wheel=$("$root/tools/packaging/repair_wheel.sh" "$python" "$raw" "$dist/repaired" "$build/auditwheel.log")
+files=$("$python" -c 'import sys, zipfile; print("\n".join(zipfile.ZipFile(sys.argv[1]).namelist()))' "$wheel")
+# auditwheel show (no --exclude there; torch's libraries kept out of its search path): the symbols allow the wheel's
+# tag, and nothing outside the policy is left but torch's own libraries.
+mkdir -p "$build/no-ldpaths"
+"$python" -m auditwheel show --json --ldpaths "$build/no-ldpaths" "$wheel" | "$python" -c '
+import fnmatch, json, sys
+show, tag = json.load(sys.stdin), sys.argv[1].rsplit("-", 1)[-1][:-len(".whl")]
+sym, libs = show["sym_tag"], sorted(show["external_libs"])
+others = [lib for lib in libs if not fnmatch.fnmatch(lib, "libtorch*") and not fnmatch.fnmatch(lib, "libc10*")]
+print(f"[hpac package] auditwheel show: symbols allow {sym}; outside the policy: {libs} (torch provides them)")
+if sym != tag or others:
+    sys.exit(f"[hpac package] auditwheel show: the wheel is tagged {tag}, its symbols allow {sym}; libraries "
+             f"outside the policy besides torch: {others}")
+' "$wheel"
+echo "$files" | grep -q '^hpac\.libs/libyaml-cpp' || {
+  echo "[hpac package] $(basename "$wheel") carries no yaml-cpp in hpac.libs/" >&2
+  exit 1
+}
+if echo "$files" | grep -E 'lib(torch|c10)[^/]*\.so'; then
+  echo "[hpac package] $(basename "$wheel") carries torch's own libraries (above)" >&2
+  exit 1
+fi
 stage "built $(basename "$wheel"); installing it with the pinned torch and transformers into a fresh venv"
 venv=$build/wheel-venv
 rm -rf "$venv"
@@ -51,8 +80,46 @@ for package in torch numpy transformers; do pins+=("$(grep -E "^$package==" "$ro
   cat "$build/wheel-venv.log" >&2
   exit 1
 }
-stage "smoke test of the installed wheel"
-(cd "$venv" && env -u HPAC_LIBRARY "$venv/bin/python" -I "$root/test/package/wheel_smoke.py")
+# The build machine's yaml-cpp and abseil out of the loader's reach (Debian's libyaml-cpp0.7 and libabsl20220623, as
+# on a machine without them): in a mount namespace of its own, each of their files is /dev/null, so a library that
+# still needed one would fail to load. ldd first, then the smoke test, in that namespace.
+hidden=$(ls /usr/lib/*-linux-gnu/libyaml-cpp.so* /usr/lib/*-linux-gnu/libabsl_*.so* 2>/dev/null | tr '\n' ' ' || true)
+namespace=(unshare -m)
+unshare -m true 2>/dev/null || namespace=(unshare -rm)
+stage "smoke test of the installed wheel, the build machine's yaml-cpp and abseil hidden ($(echo $hidden | wc -w) files)"
+"${namespace[@]}" bash -c '
+  set -euo pipefail
+  for f in '"$hidden"'; do mount --bind /dev/null "$f"; done
+  for lib in "$1"/lib/python3*/site-packages/hpac/lib/*.so; do
+    if ldd "$lib" | grep -E "yaml-cpp|absl" | grep -v "hpac\.libs/"; then
+      echo "[hpac package] $lib needs the build machine'"'"'s yaml-cpp or abseil (above)" >&2
+      exit 1
+    fi
+  done
+  cd "$1" && env -u HPAC_LIBRARY -u HPAC_CONFIG_LIBRARY "$1/bin/python" -I "$2"
+' hidden "$venv" "$root/test/package/wheel_smoke.py"
+
+# The source distribution: made with build (scikit-build-core's sdist), checked with twine, installed into the same
+# venv in place of the wheel (no build isolation: against its torch) and smoke-tested the same way.
+stage "sdist: python -m build --sdist, twine check"
+"$python" -m build --sdist --no-isolation -o "$dist" "$root" >"$build/sdist.log" 2>&1 || {
+  cat "$build/sdist.log" >&2
+  exit 1
+}
+sdist=$(ls "$dist"/hpac-"$version".tar.gz)
+"$python" -m twine check --strict "$sdist" "$wheel"
+stage "pip install --no-build-isolation $(basename "$sdist") (a build from source)"
+"$venv/bin/python" -m pip uninstall -q -y hpac
+sdist_pins=()
+for package in scikit-build-core pathspec; do sdist_pins+=("$(grep -E "^$package==" "$root/tools/requirements.txt")"); done
+"$venv/bin/python" -m pip install -q --no-compile "${sdist_pins[@]}" >"$build/sdist-venv.log" 2>&1 &&
+CMAKE_GENERATOR=$(cached CMAKE_GENERATOR) "$venv/bin/python" -m pip install -q --no-compile --no-build-isolation \
+  --no-deps "${wheel_launcher[@]}" "$sdist" >>"$build/sdist-venv.log" 2>&1 || {
+  cat "$build/sdist-venv.log" >&2
+  exit 1
+}
+stage "smoke test of hpac built from the sdist"
+(cd "$venv" && env -u HPAC_LIBRARY -u HPAC_CONFIG_LIBRARY "$venv/bin/python" -I "$root/test/package/wheel_smoke.py")
 
 # --- 2. cmake --install and a consumer project --------------------------------------------------------------------
 prefix=$build/install

@@ -4,7 +4,9 @@
 #     distributed, Python tests including context_fn and PyTorch's own SAC as the peer, demo checks);
 #  2. torch 1.13.1 (Debian; build-torch1.13/): the compatibility leg, the core's GoogleTest suites, the Python
 #     tests and the LD_PRELOAD tests (no trainer, benchmarks or multi-rank tests);
-#  P. packaging (tools/package_test.sh): the pip wheel built against torch 2.13 and smoke-tested in a fresh venv;
+#  P. packaging (tools/package_test.sh): the pip wheel built against torch 2.13, made self-contained by auditwheel
+#     (manylinux tag; yaml-cpp and abseil bundled, torch's libraries not) and smoke-tested in a fresh venv with the
+#     build machine's yaml-cpp and abseil hidden; the sdist (twine check) built from source and smoke-tested;
 #     cmake --install of build/, the installed CLIs' --version, and examples/cmake_consumer built against it;
 #  3. libFuzzer: the config, registry and op-name parsers, ~30 s each from the checked-in corpus (tools/fuzz.sh);
 #  4. every GoogleTest suite again (core hpac_tests, trainer hpac_trainer_tests, fuzz hpac_fuzz_tests) in one

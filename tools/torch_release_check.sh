@@ -7,7 +7,9 @@
 #     torch 1.13 leg: no trainer, no benchmarks; --with-trainer builds and tests the trainer too), timed;
 #  3. CTest there (the core's GoogleTest suites, the Python tests, the LD_PRELOAD and docs checks; no multi-rank);
 #  4. the pip path: `pip install --no-build-isolation .` into the same venv, `python -m hpac`, and
-#     test/package/wheel_smoke.py (a checkpointed step under each policy, bitwise equal to off; hpac.hf);
+#     test/package/wheel_smoke.py (a checkpointed step under each policy, bitwise equal to off; hpac.hf); then the
+#     self-contained wheel (pip wheel, tools/packaging/repair_wheel.sh: auditwheel, torch's libraries excluded) and
+#     its manylinux tag;
 #  5. one entry per VERSION in bench/results/torch_releases.json (README "Compatibility" shows it), and a summary.
 # A CUDA wheel (PyPI's default torch) builds on a machine without a GPU: tools/cmake/hpacTorchCuda.cmake points its
 # CMake config at a CUDA toolkit found here and at the libnvrtc of the nvidia wheel beside torch.
@@ -72,7 +74,7 @@ fail() {
 
 # The result, filled in as the steps run; record() writes it at the end or at the failing step.
 torch_full="" cuda="" python_version="" configure_s="" build_s="" ctest_passed="" ctest_total="" ctest_failed=""
-pytest_passed="" pytest_failed="" pytest_skipped="" pip_ok="" pip_s="" smoke_ok="" hpac_info="" failed_step=""
+pytest_passed="" pytest_failed="" pytest_skipped="" pip_ok="" pip_s="" smoke_ok="" hpac_info="" failed_step="" wheel_tag=""
 record() {
   mkdir -p "$(dirname "$results")"
   python3 - "$results" <<EOF
@@ -100,7 +102,7 @@ entry = {
               "failed": [t for t in "$ctest_failed".split(";") if t]},
     "pytest": {"passed": num("$pytest_passed"), "failed": num("$pytest_failed"), "skipped": num("$pytest_skipped")},
     "pip_install": {"ok": flag("$pip_ok"), "seconds": num("$pip_s"), "python_m_hpac": "$hpac_info" or None,
-                    "wheel_smoke_ok": flag("$smoke_ok")},
+                    "wheel_smoke_ok": flag("$smoke_ok"), "wheel_tag": "$wheel_tag" or None},
     "failed_step": "$failed_step" or None,
     "total_s": $(( $(date +%s) - start )),
 }
@@ -278,19 +280,30 @@ sed 's/^/    /' "$build.smoke.log"
 [ "$smoke_ok" = 1 ] || fail "test/package/wheel_smoke.py" "$build.smoke.log"
 # Leave the venv as CTest found it: the source tree's package, not the installed one.
 "$py" -m pip uninstall -q -y hpac >>"$log" 2>&1 || true
+step "the self-contained wheel for torch $torch_full: pip wheel, auditwheel repair (tools/packaging/repair_wheel.sh)"
+wheel_dir=$build-dist
+rm -rf "$wheel_dir"
+env "${pip_env[@]}" CMAKE_GENERATOR="$generator" "$py" -m pip wheel -q --disable-pip-version-check --no-build-isolation \
+  --no-deps -w "$wheel_dir" -C build-dir="$build-wheel" "${wheel_args[@]}" "$root" >>"$pip_log" 2>&1 \
+  || fail "pip wheel --no-build-isolation ." "$pip_log"
+repaired=$("$root/tools/packaging/repair_wheel.sh" "$py" "$(ls "$wheel_dir"/hpac-*.whl)" "$wheel_dir/repaired" \
+  "$build.auditwheel.log") || fail "auditwheel repair" "$build.auditwheel.log"
+wheel_tag=$(basename "$repaired" .whl | cut -d- -f3-)
+step "wheel $(basename "$repaired") (tag $wheel_tag)"
 
 # --- 5. the result -------------------------------------------------------------------------------------------------
 failed_step=$ctest_failure
 record
 if [ "$remove_after" = 1 ]; then
   step "removing $(basename "$venv") and $(basename "$build") (--remove-after)"
-  rm -rf "$venv" "$build" "$build-wheel"
+  rm -rf "$venv" "$build" "$build-wheel" "$build-dist"
 fi
 cat <<EOF
 [hpac release] torch $torch_full ($([ -n "$cuda" ] && echo "CUDA $cuda build, on CPU" || echo "CPU build")), Python $python_version: ${ctest_failure:-passed}
   configure ${configure_s} s, build ${build_s} s ($jobs jobs$([ "$with_trainer" = 1 ] && echo ", with the trainer"))
   CTest ${ctest_passed}/${ctest_total} passed; pytest ${pytest_passed} passed, ${pytest_failed} failed, ${pytest_skipped} skipped
   pip install --no-build-isolation . ok (${pip_s} s); python -m hpac: ${hpac_info}; wheel smoke ok
+  self-contained wheel: ${wheel_tag}
   total $(( $(date +%s) - start )) s
 EOF
 [ -z "$ctest_failure" ] || exit 1

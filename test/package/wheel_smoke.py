@@ -113,6 +113,19 @@ config_library = hf.load_config_library()
 check(config_library is not None and os.path.realpath(config_library)
       == os.path.realpath(os.path.join(package_dir, "lib", "libhpac_config.so")),
       f"hpac.hf loads libhpac_config.so from inside the installed package ({config_library})")
+# yaml-cpp and abseil: a wheel (auditwheel repair) carries them in hpac.libs/ beside the package; a build from the sdist
+# links the build machine's. Either way the process maps what the config library reports it was built with.
+with open("/proc/self/maps") as maps:
+    mapped = sorted({line.split()[-1] for line in maps if "yaml-cpp" in line or "libabsl_" in line})
+bundled = os.path.realpath(os.path.join(package_dir, "..", "hpac.libs"))
+from_wheel = os.path.isdir(bundled)
+check(mapped and all(os.path.realpath(m).startswith(bundled + os.sep) == from_wheel for m in mapped),
+      f"yaml-cpp and abseil loaded from {'the wheel (hpac.libs/)' if from_wheel else 'the system (a source build)'}: "
+      f"{', '.join(os.path.basename(m) for m in mapped)}")
+built_with = torch.ops.hpac_config.built_with()
+check(built_with.startswith("yaml-cpp ") and ", abseil " in built_with and f"built with {built_with}" in
+      subprocess.run([sys.executable, "-I", "-m", "hpac"], capture_output=True, text=True).stdout,
+      f"python -m hpac names the config library's yaml-cpp and abseil ({built_with})")
 registry = hf.load_registry()
 check(os.path.realpath(registry["file"]) == os.path.realpath(os.path.join(package_dir, "share", "hpac",
                                                                           "model_registry.yaml")),

@@ -20,6 +20,9 @@ target_link_libraries(hpac_trainer_config PUBLIC hpac yaml-cpp absl::status absl
 hpac_warnings(hpac_trainer_config)
 
 add_library(hpac_config MODULE ${CMAKE_CURRENT_LIST_DIR}/config_ops.cpp)
+# The libraries it was built with, as `python -m hpac` prints them (the wheel bundles these; tools/package_test.sh).
+target_compile_definitions(hpac_config PRIVATE HPAC_YAML_CPP_VERSION="${yaml-cpp_VERSION}"
+  HPAC_ABSL_VERSION="${absl_VERSION}")
 target_link_libraries(hpac_config PRIVATE hpac_trainer_config)
 hpac_warnings(hpac_config)
 # Installed in the wheel beside libhpac.so (hpac/lib/), which it links.

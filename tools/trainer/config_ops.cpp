@@ -151,9 +151,15 @@ std::string planRoutesOp(std::string facts_json) {
   return routePlanJson(valueOrThrow(planRoutes(valueOrThrow(routeFactsFromJson(facts_json)))));
 }
 
+// The versions of the libraries this library was built with (CMake's find_package; the wheel bundles them).
+std::string builtWithOp() {
+  return std::string("yaml-cpp ") + HPAC_YAML_CPP_VERSION + ", abseil " + HPAC_ABSL_VERSION;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(hpac_config, m) {
+  m.def("built_with() -> str", &builtWithOp);
   m.def("load_config(str path) -> str", &loadConfigOp);
   m.def("parse_config(str text, str file) -> str", &parseConfigOp);
   m.def("load_registry(str path) -> str", &loadRegistryOp);

@@ -37,7 +37,19 @@ def status():
         f"running:        torch {torch.__version__}",
         f"dispatch key:   {hpac.dispatch_key()}",
         f"fallback:       {hpac.fallback_status()}",
+        f"config library: {_config_library()}",
     ])
+
+
+def _config_library() -> str:
+    """hpac.hf's libhpac_config.so and the yaml-cpp and abseil it was built with (the wheel bundles them), or why
+    it is not there."""
+    from . import hf
+    try:
+        path = hf.load_config_library() or hf._config_library_path or "(loaded by torch.ops.load_library)"
+    except (RuntimeError, OSError) as e:
+        return f"not loaded ({str(e).splitlines()[0]})"
+    return f"{path} (built with {torch.ops.hpac_config.built_with()})"
 
 
 def plan_main(argv) -> int:

@@ -48,6 +48,7 @@ __all__ = [
 ]
 
 _lock = threading.Lock()
+_config_library_path: Optional[str] = None  # what load_config_library loaded (python -m hpac prints it)
 
 
 def _config_ops_present():
@@ -78,6 +79,8 @@ def load_config_library(path: Optional[str] = None) -> Optional[str]:
                                "hpac with pip (the wheel carries it), build the trainer (tools/build.sh, "
                                "HPAC_WITH_TRAINER=ON), or set HPAC_CONFIG_LIBRARY to its path")
         torch.ops.load_library(found)
+        global _config_library_path
+        _config_library_path = found
         return found
 
 
