@@ -83,12 +83,23 @@ for package in torch numpy transformers; do pins+=("$(grep -E "^$package==" "$ro
 # The build machine's yaml-cpp and abseil out of the loader's reach (Debian's libyaml-cpp0.7 and libabsl20220623, as
 # on a machine without them): in a mount namespace of its own, each of their files is /dev/null, so a library that
 # still needed one would fail to load. ldd first, then the smoke test, in that namespace.
-hidden=$(ls /usr/lib/*-linux-gnu/libyaml-cpp.so* /usr/lib/*-linux-gnu/libabsl_*.so* 2>/dev/null | tr '\n' ' ' || true)
-namespace=(unshare -m)
-unshare -m true 2>/dev/null || namespace=(unshare -rm)
-stage "smoke test of the installed wheel, the build machine's yaml-cpp and abseil hidden ($(echo $hidden | wc -w) files)"
+hidden=$(ls /usr/lib/*-linux-gnu/libyaml-cpp.so* /usr/lib/*-linux-gnu/libabsl_*.so* 2>/dev/null | xargs -r readlink -f \
+  | sort -u | tr '\n' ' ' || true)
+# unshare -m makes every mount private to the new namespace; inside a chroot (tools' fresh root) / is no mount point
+# and that step fails, so the mounts keep their propagation there and are taken down again before the namespace ends.
+namespace=()
+for try in "unshare -m" "unshare -m --propagation unchanged" "unshare -rm"; do
+  if $try true 2>/dev/null; then read -r -a namespace <<<"$try"; break; fi
+done
+[ ${#namespace[@]} -gt 0 ] || {
+  echo "[hpac package] no mount namespace (unshare -m, as root or in a user namespace): cannot hide the build" \
+       "machine's yaml-cpp and abseil from the smoke test" >&2
+  exit 1
+}
+stage "smoke test of the installed wheel, the build machine's yaml-cpp and abseil hidden ($(echo $hidden | wc -w) files, ${namespace[*]})"
 "${namespace[@]}" bash -c '
   set -euo pipefail
+  trap "for f in '"$hidden"'; do umount \"\$f\" 2>/dev/null || true; done" EXIT
   for f in '"$hidden"'; do mount --bind /dev/null "$f"; done
   for lib in "$1"/lib/python3*/site-packages/hpac/lib/*.so; do
     if ldd "$lib" | grep -E "yaml-cpp|absl" | grep -v "hpac\.libs/"; then
