@@ -35,7 +35,8 @@ stage "building the wheel against $("$python" -c 'import torch; print("torch", t
 dist=$build/dist
 rm -rf "$dist"
 # The same generator as build/ (scikit-build-core would pick Ninja): identical compile lines, so ccache hits.
-CMAKE_GENERATOR=$(cached CMAKE_GENERATOR) "$python" -m pip wheel -q --no-build-isolation --no-deps -w "$dist" -C build-dir="$build-wheel" \
+# CMAKE_BUILD_PARALLEL_LEVEL: without it the build scikit-build-core runs compiles one file at a time.
+CMAKE_GENERATOR=$(cached CMAKE_GENERATOR) CMAKE_BUILD_PARALLEL_LEVEL=$jobs "$python" -m pip wheel -q --no-build-isolation --no-deps -w "$dist" -C build-dir="$build-wheel" \
   "${wheel_launcher[@]}" "$root" >"$build/wheel.log" 2>&1 || {
   cat "$build/wheel.log" >&2
   exit 1
@@ -122,9 +123,10 @@ sdist=$(ls "$dist"/hpac-"$version".tar.gz)
 stage "pip install --no-build-isolation $(basename "$sdist") (a build from source)"
 "$venv/bin/python" -m pip uninstall -q -y hpac
 sdist_pins=()
-for package in scikit-build-core pathspec; do sdist_pins+=("$(grep -E "^$package==" "$root/tools/requirements.txt")"); done
+# pip itself first among them: a venv made by Debian's python3 starts with pip 23.0.1, which has no -C (23.1 and newer)
+for package in pip scikit-build-core pathspec; do sdist_pins+=("$(grep -E "^$package==" "$root/tools/requirements.txt")"); done
 "$venv/bin/python" -m pip install -q --no-compile "${sdist_pins[@]}" >"$build/sdist-venv.log" 2>&1 &&
-CMAKE_GENERATOR=$(cached CMAKE_GENERATOR) "$venv/bin/python" -m pip install -q --no-compile --no-build-isolation \
+CMAKE_GENERATOR=$(cached CMAKE_GENERATOR) CMAKE_BUILD_PARALLEL_LEVEL=$jobs "$venv/bin/python" -m pip install -q --no-compile --no-build-isolation \
   --no-deps "${wheel_launcher[@]}" "$sdist" >>"$build/sdist-venv.log" 2>&1 || {
   cat "$build/sdist-venv.log" >&2
   exit 1
