@@ -127,7 +127,14 @@ def test_memory_flat_over_steps_with_expert_parallelism(tmp_path):
                 after = [row["bytes_after_step"] for row in rows]
                 print(f"rank {rank['rank']} {mode} early stop {early_stop}: bytes after steps 1-20: {after}")
                 assert len(after) == 20 and all(b > 0 for b in after), after
-                assert after[1:] == [after[1]] * 19, (rank["rank"], mode, early_stop, after)
+                # Flat from step 2 on. A step may end with a collective's small buffer not yet released (seen once in
+                # a fresh root: 1 KiB on one rank after one step of 20, gone after the next); a leak grows from step
+                # to step and does not come back. So: the last step at step 2's bytes, and any other step either at
+                # them or a few KiB above them with the next step back at them.
+                base = after[1]
+                assert after[-1] == base, (rank["rank"], mode, early_stop, after)
+                assert all(b == base or (0 < b - base <= 4096 and following == base)
+                           for b, following in zip(after[1:-1], after[2:])), (rank["rank"], mode, early_stop, after)
                 recompute_ops[mode, early_stop, rank["rank"]] = {row["recompute_ops"] for row in rows}
     for mode in ("full", "selective"):
         for r in (0, 1):
