@@ -324,11 +324,11 @@ def plan(config: Union[str, os.PathLike, dict], memory_target: Union[int, str, N
         f"{_gib(target)}")
     ac = dict(mode="budget", memory_budget=None, memory_target={"bytes": target, "text": str(memory_target),
               "where": "hpac plan"}, plan=None, cost="estimated", layers=[])
-    prepared = dict(cfg, activation_checkpoint=dict(cfg["activation_checkpoint"], **ac, _view=run.view))
+    prepared = dict(cfg, activation_checkpoint=dict(cfg["activation_checkpoint"], **ac))
     messages: List[Dict[str, str]] = []
     with _traceable(run.model, notes):
-        prep = hf.prepare(run.model, prepared, log=lambda level, m: messages.append({"level": level, "text": m}))
-        del prepared["activation_checkpoint"]["_view"]  # it holds the run: kept in prep's config, a cycle
+        prep = hf.prepare(run.model, prepared, log=lambda level, m: messages.append({"level": level, "text": m}),
+                          _rank_view=run.view)
         if prep.target is None:
             raise PlanError("hpac plan: the model's layers were not found (hpac.hf's discovery); nothing to plan")
         prep.target.watch_optimizer(run.optimizer)

@@ -388,8 +388,7 @@ def plan_routes(facts: dict) -> dict:
 
 
 def _config_facts(config, compile_on):
-    ac = {k: v for k, v in config["activation_checkpoint"].items() if not k.startswith("_")}  # hpac.plan's _view
-    return {"file": config["file"], "activation_checkpoint": ac,
+    return {"file": config["file"], "activation_checkpoint": config["activation_checkpoint"],
             "activation_swap": config["activation_swap"], "compile": compile_on, "compiles_layers": True,
             "model": None}
 
@@ -411,7 +410,7 @@ def _model_facts(d):
 
 def prepare(model: torch.nn.Module, config: Union[str, os.PathLike, dict], registry: Optional[dict] = None,
             log: Callable[[str, str], None] = log_to_stderr, record_ops: bool = False,
-            compile_backend: str = "inductor") -> "Preparation":
+            compile_backend: str = "inductor", _rank_view: Optional[Callable] = None) -> "Preparation":
     """Applies activation_checkpoint (and activation_swap) of `config` to `model` in place, then, with
     train.compile: true, compiles each layer. Discover, gather facts, plan (plan_routes: the C++ rules), apply.
 
@@ -427,6 +426,8 @@ def prepare(model: torch.nn.Module, config: Union[str, os.PathLike, dict], regis
             "log:<phase> <op> <action>" key (hpac.Invocation's op_log lines: action saved, run, served, recomputed
             or ignored); compiled layers run no eager invocation and report none.
         compile_backend: with train.compile: true, each layer is compiled with module.compile(backend=...).
+        _rank_view: hpac.plan's only (Note [One rank of a sharded step]): called with the memory target's layer
+            modules, it returns the view through which the target reads one rank's bytes.
 
     Returns:
         a Preparation (route, wrap counts, messages, per-layer stats). unprepare(model, prep) undoes it.
@@ -450,7 +451,7 @@ def prepare(model: torch.nn.Module, config: Union[str, os.PathLike, dict], regis
         (prep.warn if level == "warning" else prep.info)(message)
     _read_step_plan(prep, model, config)
     _apply(prep, plan, config, record_ops, compile_on)
-    _fit_target(prep, model, config["activation_checkpoint"])
+    _fit_target(prep, model, config["activation_checkpoint"], _rank_view)
     if compile_on:
         targets = prep.layers if prep.touched else [ref for c in prep.discovery.containers for ref in c.layers]
         _compile_layers(prep, targets, compile_backend)
@@ -537,7 +538,7 @@ def _read_step_plan(prep, model, config):
               f"{data['world_size']}, predicted {data['predicted_bytes'] / (1 << 30):.3f} GiB per rank")
 
 
-def _fit_target(prep, model, ac):
+def _fit_target(prep, model, ac, rank_view=None):
     """activation_checkpoint.memory_target: the budget layers planned together under the whole step's target
     (hpac.MemoryTarget, plugin/python/hpac/_target.py), measured at the root model's calls."""
     target = ac.get("memory_target")
@@ -553,12 +554,11 @@ def _fit_target(prep, model, ac):
                          "profiles; allowed only with train.compile: false")
     entries = [(p.path, p.module, p.budget, functools.partial(_torch_checkpointed, p._context_fn(p.budget)))
                for p in layers]
-    # hpac.plan's view of one rank (Note [One rank of a sharded step]), made for the layers found here: the target
-    # counts the parameters and gradients one rank holds (the floor's parts) through it from its start
-    view = ac.get("_view")
+    # hpac.plan's view of one rank, made for the layers found here: the target counts the parameters and gradients
+    # one rank holds (the floor's parts) through it from its start
     prep.target = hpac.MemoryTarget(model, entries, target["bytes"],
                                     lambda level, message: (prep.warn if level == "warning" else prep.info)(message),
-                                    view=view([p.module for p in layers]) if view is not None else None)
+                                    view=rank_view([p.module for p in layers]) if rank_view is not None else None)
     prep.info(f"memory target {target['text']}: step 1 profiles every layer (all recomputed), the plan for the whole "
               "step is made at step 2's start")
 
