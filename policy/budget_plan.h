@@ -142,7 +142,7 @@ BudgetPlan planBudget(const std::vector<ProfiledOp>& ops, int64_t budget_bytes,
 // (Note [Budget as a knapsack]), and the dataflow candidates are heuristics
 // (Note [Planning with the dataflow]). Tests and benchmarks hold both against
 // an exact solver outside hpac (a MILP over the same groups, scipy's milp:
-// test/python/plan_oracle.py), which needs the groups the planner chooses
+// hpac.harness.plan_oracle), which needs the groups the planner chooses
 // among, and the plan that keeps a set of groups chosen elsewhere (replayed by
 // hpac like its own: Note [Plan files], policy/plan_file.h).
 struct PlanGroups {

@@ -20,7 +20,7 @@
 // on no op's timing, only on the two rates: the same in every call of a
 // process, and in every process with HPAC_ROOFLINE pinned. Unpinned, two
 // processes measure slightly different rates (a busy core) and a plan can
-// differ where ops are close (bench/plan_stability.py measures it; rounding
+// differ where ops are close (bench/budget/plan_stability.py measures it; rounding
 // the rates to powers of two was tried and flips a whole factor of two).
 #pragma once
 

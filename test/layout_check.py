@@ -1,8 +1,10 @@
 """Checks the include direction drawn in docs/design.md ("The map"): every `#include "…"` of a project file names
 a file of its own folder or of a folder it may depend on; and the few files that must stay apart inside a folder
 (NOT_INCLUDED) do, directly or through other project headers. And the Python boundary: no module of the library
-(plugin/python/hpac outside hpac/harness) imports from the harness, by any spelling of the import. Prints each
-offending include or import and exits 1.
+(plugin/python/hpac outside hpac/harness) imports from the harness, by any spelling of the import; bench/ is a
+package (an __init__.py in every folder with modules) that never edits sys.path, loads a module by file path or
+imports test code; and no Python function outside test/ is longer than MAX_FUNCTION_LINES. Prints each offending
+include, import or function and exits 1.
 
 Usage: python3 test/layout_check.py [PROJECT_ROOT]
 """
@@ -124,6 +126,88 @@ def python_boundary(root):
     return checked, bad
 
 
+# bench/ is a package run as `python -m bench.<area>.<name>` from the checkout's root (bench/README.md): it finds hpac
+# and itself through the package path, never by editing sys.path or loading a file by path, and it never imports test
+# code (what tests and benchmarks share lives in hpac.harness).
+BENCH = "bench"
+PATH_EDITS = {("sys", "path"): "edits sys.path", ("site", "addsitedir"): "adds a site dir",
+              ("util", "spec_from_file_location"): "loads a module by file path",
+              ("importlib", "spec_from_file_location"): "loads a module by file path"}
+MAX_FUNCTION_LINES = 80  # outside test/: a longer function is split (the issue that set it: house, fourth step)
+
+
+def test_modules(root):
+    """The names test code can be imported under: test/python's modules and packages (conftest, drift, test_*...)."""
+    names = {"test", "conftest"}
+    for dirpath, dirnames, files in os.walk(os.path.join(root, "test")):
+        names.update(n[:-3] for n in files if n.endswith(".py"))
+        names.update(dirnames)
+    return names - {"__init__", "__pycache__"}
+
+
+def bench_offences(path, tree, tests):
+    """(line, what) of a bench module's sys.path edits, loads by path and imports of test code."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, (ast.Name, ast.Attribute)):
+            owner = node.value.id if isinstance(node.value, ast.Name) else node.value.attr
+            if (owner, node.attr) in PATH_EDITS and (owner, node.attr) != ("sys", "path"):
+                found.append((node.lineno, PATH_EDITS[(owner, node.attr)]))
+            elif (owner, node.attr) == ("sys", "path") and not isinstance(node.ctx, ast.Load):
+                found.append((node.lineno, "assigns sys.path"))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                isinstance(node.func.value, ast.Attribute) and isinstance(node.func.value.value, ast.Name) and \
+                (node.func.value.value.id, node.func.value.attr) == ("sys", "path"):
+            found.append((node.lineno, f"edits sys.path (sys.path.{node.func.attr})"))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, f"imports test code ({a.name})") for a in node.names
+                      if a.name.split(".")[0] in tests]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module and \
+                node.module.split(".")[0] in tests:
+            found.append((node.lineno, f"imports test code ({node.module})"))
+    return found
+
+
+def bench_package(root):
+    """(modules checked, offences): bench/ as a package that neither edits sys.path nor imports test code."""
+    bad, checked, tests = [], 0, test_modules(root)
+    for dirpath, dirnames, names in os.walk(os.path.join(root, BENCH)):
+        dirnames[:] = [d for d in dirnames if d not in ("results", "__pycache__")]
+        py = sorted(n for n in names if n.endswith(".py"))
+        if py and "__init__.py" not in names:
+            bad.append(f"{os.path.relpath(dirpath, root)}: has Python modules but no __init__.py; bench/ is one "
+                       "package (python -m bench.<area>.<name>)")
+        for name in py:
+            path = os.path.join(dirpath, name)
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), path)
+            checked += 1
+            bad += [f"{os.path.relpath(path, root)}:{line}: {what}: bench/ runs as a package from the checkout's "
+                    "root and takes what it shares with tests from hpac.harness" for line, what in
+                    bench_offences(path, tree, tests)]
+    return checked, bad
+
+
+def long_functions(root):
+    """(functions checked, offences): Python functions outside test/ longer than MAX_FUNCTION_LINES."""
+    bad, checked = [], 0
+    for top in ("plugin", "bench", "tools", "examples", "policy", "replay"):
+        for dirpath, dirnames, names in os.walk(os.path.join(root, top)):
+            dirnames[:] = [d for d in dirnames if d not in ("results", "__pycache__")]
+            for name in sorted(n for n in names if n.endswith(".py")):
+                path = os.path.join(dirpath, name)
+                with open(path, encoding="utf-8") as f:
+                    tree = ast.parse(f.read(), path)
+                for node in ast.walk(tree):
+                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        checked += 1
+                        lines = node.end_lineno - node.lineno + 1
+                        if lines > MAX_FUNCTION_LINES:
+                            bad.append(f"{os.path.relpath(path, root)}:{node.lineno}: {node.name} has {lines} lines "
+                                       f"(at most {MAX_FUNCTION_LINES} outside test/): split it")
+    return checked, bad
+
+
 def main(root):
     bad = []
     checked = 0
@@ -161,11 +245,15 @@ def main(root):
                 through = f" (through {', '.join(chain[1:-1])})" if len(chain) > 2 else ""
                 bad.append(f"{path}: includes {header}{through}, which it must not: {why}")
     modules, python_bad = python_boundary(root)
-    for line in bad + python_bad:
+    bench_modules, bench_bad = bench_package(root)
+    functions, long_bad = long_functions(root)
+    for line in bad + python_bad + bench_bad + long_bad:
         print("layout:", line)
     print(f"layout: {checked} project includes checked, {len(bad)} against the map; {modules} library modules "
-          f"checked, {len(python_bad)} importing from hpac.{HARNESS}")
-    return 1 if bad or python_bad else 0
+          f"checked, {len(python_bad)} importing from hpac.{HARNESS}; {bench_modules} bench modules checked, "
+          f"{len(bench_bad)} editing sys.path or importing test code; {functions} functions outside test/ checked, "
+          f"{len(long_bad)} over {MAX_FUNCTION_LINES} lines")
+    return 1 if bad or python_bad or bench_bad or long_bad else 0
 
 
 if __name__ == "__main__":

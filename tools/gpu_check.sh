@@ -9,13 +9,13 @@
 # 1. Builds libhpac and the config library against that Python's torch into build-gpu/, as tools/gpu_level1.sh does
 #    (abseil and yaml-cpp: the system's, or Debian 12's packages unpacked from HPAC_DEB_DIR, default .debs/).
 #    --dry-run builds nothing: HPAC_LIBRARY and HPAC_CONFIG_LIBRARY, else build/'s.
-# 2. bench/gpu_check.py on cuda in bfloat16 (--dry-run: cpu, float32, tiny): five sections, each recorded in
+# 2. bench/scale/gpu_check.py on cuda in bfloat16 (--dry-run: cpu, float32, tiny): five sections, each recorded in
 #    OUT_DIR/gpu_check.json whether it passed or raised:
 #      core           hpac.checkpoint full / selective / budget and a policy_fn through
 #                     hpac.create_selective_checkpoint_contexts, bit for bit against no checkpoint with dropout (the
 #                     CUDA RNG replayed), again on a non-default CUDA stream; peak and kept bytes per mode from
 #                     torch.cuda.max_memory_allocated
-#      target_shapes  bench/target_shapes.py's table at seq 1024 on 1, 2 and 4 layers of Qwen3-30B-A3B's shapes
+#      target_shapes  bench/scale/target_shapes.py's table at seq 1024 on 1, 2 and 4 layers of Qwen3-30B-A3B's shapes
 #                     (8 experts): off / full / selective / budget 0.25 / 0.5 / torch.compile's
 #                     activation_memory_budget 0.5, interleaved, with the 48-layer derivation
 #                     (OUT_DIR/target_shapes.json and target_shapes.md)
@@ -24,7 +24,7 @@
 #      memory_target  hpac.fit_memory_target on two such layers: off's and full's step peaks from the caching
 #                     allocator, then targets between: predicted and measured peak, every planned step after the
 #                     first under its target, loss bit for bit with off
-# 3. bench/gpu_check.py --verify: every section there and passed. The last line says so; the exit status is 0 only
+# 3. bench/scale/gpu_check.py --verify: every section there and passed. The last line says so; the exit status is 0 only
 #    then.
 # HPAC_GPU_PYTHON picks the Python (default python3; --dry-run: .venv/bin/python where it exists).
 set -uo pipefail
@@ -39,8 +39,10 @@ else
   python=${HPAC_GPU_PYTHON:-python3}
 fi
 mkdir -p "$out"
+out=$(cd "$out" && pwd)  # absolute: the benchmark runs from the checkout's root
 rm -f "$out/gpu_check.json"  # a stale result never passes
-export PYTHONPATH=$root/plugin/python PYTHONUNBUFFERED=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
+export PYTHONPATH=$root/plugin/python:$root PYTHONUNBUFFERED=1  # hpac from this checkout; bench as a package
+cd "$root" CUBLAS_WORKSPACE_CONFIG=:4096:8
 export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296}
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$out/inductor-cache}
 
@@ -53,7 +55,7 @@ if [ $dry = 1 ]; then
   export HPAC_LIBRARY=${HPAC_LIBRARY:-$root/build/plugin/libhpac.so}
   export HPAC_CONFIG_LIBRARY=${HPAC_CONFIG_LIBRARY:-$root/build/tools/trainer/libhpac_config.so}
   say "dry run on cpu: torch $version, $HPAC_LIBRARY"
-  timeout 240 "$python" "$root/bench/gpu_check.py" --dry-run --out "$out"
+  timeout 240 "$python" -m bench.scale.gpu_check --dry-run --out "$out"
 else
   if ! "$python" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
     say "$python's torch $version sees no CUDA device; this script needs one (--dry-run runs on cpu)"
@@ -65,12 +67,12 @@ else
   hpac_gpu_build
   # what is left of 10 minutes after the build, at least 5 minutes
   left=$(( 600 - ($(date +%s) - start) ))
-  timeout $(( left > 300 ? left : 300 )) "$python" "$root/bench/gpu_check.py" --out "$out" --device cuda \
+  timeout $(( left > 300 ? left : 300 )) "$python" -m bench.scale.gpu_check --out "$out" --device cuda \
     --dtype bfloat16 --layers 1,2,4 --steps 4
 fi
 status=$?
-[ $status = 0 ] || say "bench/gpu_check.py exited with $status"
-"$python" "$root/bench/gpu_check.py" --verify "$out/gpu_check.json"
+[ $status = 0 ] || say "bench/scale/gpu_check.py exited with $status"
+"$python" -m bench.scale.gpu_check --verify "$out/gpu_check.json"
 verified=$?
 say "$( [ $verified = 0 ] && echo passed || echo FAILED ) in $(( $(date +%s) - start )) s (JSON and tables in $out)"
 [ $verified = 0 ] && [ $status = 0 ]

@@ -7,7 +7,8 @@
 #     the compatibility leg, and clang-14 with libFuzzer (tools/fuzz.sh).
 #  2. The virtual environment .venv (ignored by git) with the pinned packages of
 #     tools/requirements.txt: torch 2.13.0, the default torch of every build; then, with --no-deps,
-#     tools/requirements-nodeps.txt (torchtitan for hpac.torchtitan's test and bench/torchtitan_sac.py).
+#     tools/requirements-nodeps.txt (torchtitan for hpac.torchtitan's test and bench/peers/torchtitan_sac.py);
+#     and a .pth file that puts this checkout's plugin/python on the venv's path.
 #
 # Usage: tools/setup.sh
 # Environment: HPAC_VENV (default <repo>/.venv), HPAC_VENV_PYTHON (the Python
@@ -61,7 +62,15 @@ venv=${HPAC_VENV:-$root/.venv}
 requirements=$root/tools/requirements.txt
 nodeps=$root/tools/requirements-nodeps.txt  # installed with --no-deps (see the file)
 stamp=$venv/.hpac-requirements
+# The checkout's hpac on the venv's path (a .pth file, as `pip install -e` would leave): `.venv/bin/python -m hpac`,
+# `-m bench.<area>.<name>` and the examples import this checkout's plugin/python without a PYTHONPATH.
+source_path() {
+  local site
+  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  [ "$(cat "$site/hpac-source.pth" 2>/dev/null)" = "$root/plugin/python" ] || echo "$root/plugin/python" >"$site/hpac-source.pth"
+}
 if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && cat "$requirements" "$nodeps" | cmp -s - "$stamp"; then
+  source_path
   echo "[hpac setup] $(basename "$venv") up to date ($("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
   exit 0
 fi
@@ -77,5 +86,6 @@ echo "[hpac setup] installing $pip_pin, then tools/requirements.txt into $(basen
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "$pip_pin"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r "$nodeps"
+source_path
 cat "$requirements" "$nodeps" >"$stamp"
 echo "[hpac setup] $(basename "$venv"): $("$venv/bin/python" -c 'import torch; print("torch", torch.__version__)')"

@@ -17,21 +17,22 @@ import pytest
 import torch
 
 import hpac
-from parity import assert_same
+from hpac._loader import _major_minor
+from hpac.harness.parity import assert_same
 
 pytestmark = pytest.mark.skipif(
-    hpac._major_minor(torch.__version__) < (2, 4),
+    _major_minor(torch.__version__) < (2, 4),
     reason=f"hpac's compiled path needs torch.compile's selective checkpointing (torch >= 2.4; this is "
            f"{torch.__version__})")
 
-if hpac._major_minor(torch.__version__) >= (2, 4):
+if _major_minor(torch.__version__) >= (2, 4):
     import torch._dynamo.testing
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
     import hpac._compile as hpac_compile
-    import sac_reference
+    import hpac.harness.sac_reference as sac_reference
 
 TOLERANCE = 1e-5  # fp32; aot_eager is bitwise here, inductor differs by reassociation (~1e-7)
 
@@ -122,7 +123,7 @@ def test_the_policy_sees_under_compile_what_it_sees_in_eager():
     """The op sequence hpac's policy is asked about, eagerly (the fallback's op log) and traced (TracedPolicy's log),
     on a dense block with dropout and an in-place op, SDPA attention and eager attention: the matmul family and
     save-table ops, with their decisions, are the same list; the rest differs only where docs/design.md says."""
-    from moe_block import Attention
+    from hpac.harness.blocks import Attention
 
     class Dense(torch.nn.Module):
         def __init__(self):
@@ -182,7 +183,7 @@ def test_same_kept_set_as_pytorch_sac_with_the_same_rules():
     """hpac's selective policy under compile against the same rules written as a policy_fn for PyTorch's own
     create_selective_checkpoint_contexts (sac_reference.SelectivePolicy, with hpac's MUST_RECOMPUTE for ops outside
     every table): the partitioned graph keeps the same tensors."""
-    from moe_block import Attention
+    from hpac.harness.blocks import Attention
 
     def reference_context_fn():
         rules = sac_reference.SelectivePolicy()
@@ -244,9 +245,9 @@ def _train(cls, cfg, mode, compiled, steps=3, how="context_fn"):
     for _ in range(steps):
         ids = torch.randint(0, cfg.vocab_size, (2, 16), generator=g)
         opt.zero_grad(set_to_none=True)
-        before = hpac.memory_stats()["current_bytes"]
+        before = hpac.cpu_tensor_memory_stats()["current_bytes"]
         loss = model(input_ids=ids, labels=ids).loss
-        kept.append(hpac.memory_stats()["current_bytes"] - before)
+        kept.append(hpac.cpu_tensor_memory_stats()["current_bytes"] - before)
         loss.backward()
         losses.append(loss.detach())
         grads.append([p.grad.clone() for p in model.parameters()])
@@ -344,10 +345,10 @@ def test_compiled_autograd():
 
 
 def test_moe_block_with_a_data_dependent_expert_loop():
-    """test/python/moe_block.py loops over the experts a batch hits (torch.where, a branch on token.numel()):
+    """hpac.harness.blocks loops over the experts a batch hits (torch.where, a branch on token.numel()):
     Dynamo cannot trace that loop into the checkpointed region, breaks the graph and runs the region eagerly, where
     hpac's own fallback serves it (counted in global_stats). Right gradients either way, never silently different."""
-    from moe_block import Block
+    from hpac.harness.blocks import Block
     torch.manual_seed(0)
     block = Block(dropout=0.0, attention="sdpa")
     x = torch.randn(2, 8, 32, requires_grad=True)
@@ -369,7 +370,7 @@ def test_moe_block_with_a_data_dependent_expert_loop():
 def test_dynamic_shapes_one_graph_and_exact():
     """torch.compile(dynamic=True) over an hpac region (pytorch#166926 reported "A different number of tensors was
     saved" when a dynamic-shape recompute took another graph): four sequence lengths, one graph, gradients exact."""
-    from moe_block import Attention
+    from hpac.harness.blocks import Attention
     torch.manual_seed(0)
     attention = Attention(32, 4, 0.0, "sdpa")
     f = torch.compile(functools.partial(_ctx("selective"), attention), backend="aot_eager", dynamic=True)

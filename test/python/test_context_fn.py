@@ -6,14 +6,15 @@ import pytest
 import torch
 
 import hpac
-from moe_block import Block
-from parity import assert_same
+from hpac._loader import _major_minor
+from hpac.harness.blocks import Block
+from hpac.harness.parity import assert_same
 
 pytestmark = pytest.mark.skipif(
-    hpac._major_minor(torch.__version__) < (2, 1),
+    _major_minor(torch.__version__) < (2, 1),
     reason=f"torch.utils.checkpoint has no context_fn before torch 2.1 (this is torch {torch.__version__})")
 
-if hpac._major_minor(torch.__version__) >= (2, 1):
+if _major_minor(torch.__version__) >= (2, 1):
     from torch.utils.checkpoint import checkpoint as torch_checkpoint, set_checkpoint_early_stop
 
 
@@ -119,7 +120,7 @@ def test_checkpoint_wrapper_and_hpac_checkpoint_agree_with_context_fn():
     ref = grads(block)
     via_context_fn = grads(lambda x: checkpointed(block, x, "selective"))
     via_checkpoint = grads(lambda x: hpac.checkpoint(block, x, policy="selective"))
-    hpac.checkpoint_wrapper(block, mode="selective")
+    hpac.checkpoint_wrapper(block, policy="selective")
     try:
         via_wrapper = grads(block)
     finally:

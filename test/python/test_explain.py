@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import hpac
-from moe_block import Block
+from hpac.harness.blocks import Block
 
 hpac.load(os.environ.get("HPAC_LIBRARY"))
 

@@ -19,15 +19,16 @@ import pytest
 import torch
 
 import hpac
-from parity import assert_same
+from hpac._loader import _major_minor
+from hpac.harness.parity import assert_same
 
 pytestmark = pytest.mark.skipif(
-    hpac._major_minor(torch.__version__) < (2, 4),
+    _major_minor(torch.__version__) < (2, 4),
     reason=f"torch's SAC with CheckpointPolicy needs torch >= 2.4 (this is {torch.__version__})")
 
 transformers = pytest.importorskip("transformers", reason="the Qwen3-MoE comparisons need transformers")
 
-if hpac._major_minor(torch.__version__) >= (2, 4):
+if _major_minor(torch.__version__) >= (2, 4):
     from torch.utils.checkpoint import CheckpointPolicy
     aten = torch.ops.aten
 
@@ -159,9 +160,9 @@ def step(model, context_fn):
     hpac.track_memory()
     ids = tokens()
     gc.collect()  # earlier runs' models go now, not during this forward
-    base = hpac.memory_stats()["current_bytes"]
+    base = hpac.cpu_tensor_memory_stats()["current_bytes"]
     out = model(input_ids=ids, labels=ids, use_cache=False)
-    after_forward = hpac.memory_stats()["current_bytes"] - base
+    after_forward = hpac.cpu_tensor_memory_stats()["current_bytes"] - base
     out.loss.backward()
     return after_forward, [p.grad for p in model.parameters()]
 

@@ -9,9 +9,11 @@ import torch
 import torch.utils.checkpoint
 
 import hpac
+from hpac._loader import _ops_present
+from hpac.harness import checkpoint_with
 
 dist = pytest.importorskip("torch.distributed")
-if not dist.is_available() or not hpac._ops_present("_c10d_functional", "all_gather_into_tensor"):
+if not dist.is_available() or not _ops_present("_c10d_functional", "all_gather_into_tensor"):
     pytest.skip("no _c10d_functional collectives in this torch", allow_module_level=True)
 
 
@@ -55,7 +57,7 @@ def test_functional_collective_saved_and_served(group, op):
     inv = hpac.Invocation("selective", record_ops=True)
     # hold_saved=False: autograd saves only the region's input and the collective's result, which hpac's frame would
     # hold without a recompute (Note [Frames hold what needs no recompute]); here the recompute must serve it.
-    hpac.checkpoint_with(inv, block, x, hold_saved=False).backward()
+    checkpoint_with(inv, block, x, hold_saved=False).backward()
     log = inv.op_log()
     name = op.split("::")[1]
     fwd = [line for line in log if line.startswith("forward ") and f"::{name}" in line.split(" ")[1]]

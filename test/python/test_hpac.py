@@ -10,8 +10,10 @@ import pytest
 import torch
 
 import hpac
-from moe_block import Block
-from parity import assert_same
+from hpac._loader import _major_minor
+from hpac.harness import checkpoint_with
+from hpac.harness.blocks import Block
+from hpac.harness.parity import assert_same
 
 LIB = os.environ.get("HPAC_LIBRARY") or hpac.load()
 PY = sys.executable  # subprocesses run the same torch as the tests
@@ -87,14 +89,14 @@ def test_checkpoint_wrapper_keeps_state_dict_and_gradients(model_and_input):
     keys = list(model.state_dict().keys())
     ref = run_step(model, x)
     for block in model:
-        hpac.checkpoint_wrapper(block, mode="selective")
+        hpac.checkpoint_wrapper(block, policy="selective")
     assert list(model.state_dict().keys()) == keys
     hpac.reset_global_stats()
     got = run_step(model, x)  # plain calls: the wrapper checkpoints them
     assert hpac.global_stats()["served"] > 0
     assert_same([got[0], *got[2]], [ref[0], *ref[2]])
-    with pytest.raises(ValueError, match="allowed: 'full', 'selective'"):
-        hpac.checkpoint_wrapper(model[0], mode="sometimes")
+    with pytest.raises(RuntimeError, match="unknown policy kind 'sometimes'; allowed: full, selective"):
+        hpac.checkpoint_wrapper(model[0], policy="sometimes")
 
 
 def test_no_grad_forward_enters_no_region():
@@ -221,7 +223,7 @@ def test_the_recompute_stops_early():
     for policy, early_stop, ops_recompute in (("full", True, (3, 4)), ("full", False, (6,)),
                                               (second_exp, True, (1, 2)), (second_exp, False, (6,))):
         inv = hpac.Invocation(policy)
-        got = torch.autograd.grad(hpac.checkpoint_with(inv, fn, x, early_stop=early_stop).sum(), [x])
+        got = torch.autograd.grad(checkpoint_with(inv, fn, x, early_stop=early_stop).sum(), [x])
         assert_same(got, want)
         s = inv.stats()
         assert (s["ops_forward"], s["recomputes"]) == (6, 1) and s["ops_recompute"] in ops_recompute, (policy,
@@ -348,7 +350,7 @@ def test_library_built_for_another_torch_is_refused_naming_both_versions():
     if not foreign:
         pytest.skip("HPAC_FOREIGN_LIBRARY (a libhpac.so built for another torch) is set by tools/test.sh")
     built = hpac.built_for_torch(foreign)
-    assert built is not None and hpac._major_minor(built) != hpac._major_minor(torch.__version__)
+    assert built is not None and _major_minor(built) != _major_minor(torch.__version__)
     r = run_py("import torch, hpac\n"
                "try:\n"
                f"    hpac.load({foreign!r})\n"

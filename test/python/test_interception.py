@@ -8,11 +8,12 @@ import pytest
 import torch
 
 import hpac
-from parity import assert_same
+from hpac._loader import _major_minor
+from hpac.harness.parity import assert_same
 
 
 def _torch_at_least(major, minor):
-    return hpac._major_minor(torch.__version__) >= (major, minor)
+    return _major_minor(torch.__version__) >= (major, minor)
 
 
 def op_log(fn, policy="selective"):

@@ -21,8 +21,9 @@ import torch
 import torch.utils.checkpoint
 
 import hpac
-from moe_block import Block
-from parity import assert_same
+from hpac._loader import _major_minor
+from hpac.harness.blocks import Block
+from hpac.harness.parity import assert_same
 
 N = 4
 HIDDEN, SEQ = 32, 8
@@ -93,7 +94,7 @@ def _per_block(make):
 def _wrapped(mode_factory):
     def wrap(b, x):
         if not hpac._wrap.is_wrapped(b):
-            hpac.checkpoint_wrapper(b, mode=mode_factory())
+            hpac.checkpoint_wrapper(b, policy=mode_factory())
         return b(x)
     return wrap
 
@@ -128,7 +129,7 @@ if HAS_POLICY_FN:
 
 def _live_bytes():
     gc.collect()
-    return hpac.memory_stats()["current_bytes"]
+    return hpac.cpu_tensor_memory_stats()["current_bytes"]
 
 
 def _live_invocations():
@@ -318,8 +319,7 @@ def test_a_tally_counts_each_call_once_and_holds_no_invocation():
 def test_explain_removes_the_tracking_allocator_it_installed():
     """In a fresh process (this one installed it for good): explain draws with the tracker, then removes it."""
     code = ("import sys, torch, hpac\n"
-            f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
-            "from moe_block import Block\n"
+            "from hpac.harness.blocks import Block\n"
             "assert not hpac.memory_tracked()\n"
             "e = hpac.explain(Block(hidden=32), torch.randn(2, 8, 32, requires_grad=True), policy='selective')\n"
             "assert e.data['timeline'] and max(t['peak_bytes'] for t in e.data['timeline']) > 0, e.data.keys()\n"
@@ -374,7 +374,7 @@ def test_operator_handles_follow_registration():
     lib._destroy()
 
 
-@pytest.mark.skipif(hpac._major_minor(torch.__version__) < (2, 4), reason="hpac.torchtitan needs torch >= 2.4")
+@pytest.mark.skipif(_major_minor(torch.__version__) < (2, 4), reason="hpac.torchtitan needs torch >= 2.4")
 @pytest.mark.parametrize("mode", ["torchtitan", "full", "budget"])
 def test_torchtitan_adapter_holds_nothing_after_its_graphs_and_model(mode):
     import hpac.torchtitan as hpac_tt

@@ -35,7 +35,7 @@ class Net(torch.nn.Module):
 
 
 def _train(how, target=None):
-    """(parameters after STEPS steps, per-step peak of hpac.memory_stats, the MemoryTarget or None)."""
+    """(parameters after STEPS steps, per-step peak of hpac.cpu_tensor_memory_stats, the MemoryTarget or None)."""
     torch.manual_seed(3)
     model = Net()
     fitted = None
@@ -48,11 +48,11 @@ def _train(how, target=None):
     peaks = []
     for step in range(STEPS):
         x = torch.randn(512, 64, generator=torch.Generator().manual_seed(step))
-        hpac.reset_peak_memory()
+        hpac.reset_cpu_tensor_peak()
         model(x).backward()
         opt.step()
         opt.zero_grad()
-        peaks.append(hpac.memory_stats()["peak_bytes"])
+        peaks.append(hpac.cpu_tensor_memory_stats()["peak_bytes"])
     params = [p.detach().clone() for p in model.parameters()]
     del model, opt
     gc.collect()
@@ -127,7 +127,7 @@ def test_nothing_outlives_a_target_model():
     import weakref
     hpac.track_memory()
     gc.collect()
-    start = hpac.memory_stats()["current_bytes"]
+    start = hpac.cpu_tensor_memory_stats()["current_bytes"]
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     fitted = hpac.fit_memory_target(model, model.layers, "1GiB")
@@ -140,7 +140,7 @@ def test_nothing_outlives_a_target_model():
     del dropped, model, opt, fitted
     gc.collect()
     assert all(r() is None for r in alive)
-    assert hpac.memory_stats()["current_bytes"] == start
+    assert hpac.cpu_tensor_memory_stats()["current_bytes"] == start
     assert torch.ops.hpac.invocations_alive() == 0
 
 
@@ -163,10 +163,10 @@ class Spike(torch.nn.Module):
 def _forward_peak(run):
     """The peak live bytes above those alive before `run()`, while it runs (its output dropped after)."""
     gc.collect()
-    start = hpac.memory_stats()["current_bytes"]
-    hpac.reset_peak_memory()
+    start = hpac.cpu_tensor_memory_stats()["current_bytes"]
+    hpac.reset_cpu_tensor_peak()
     out = run()
-    peak = hpac.memory_stats()["peak_bytes"] - start
+    peak = hpac.cpu_tensor_memory_stats()["peak_bytes"] - start
     del out
     return peak
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from parity import assert_same, compare
+from hpac.harness.parity import assert_same, compare
 
 
 def test_equal_and_different():

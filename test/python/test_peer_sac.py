@@ -1,5 +1,5 @@
 """hpac's built-in selective policy against PyTorch's own selective activation checkpointing running the same policy
-(test/python/sac_reference.py), on a 2-layer MoE block stack with eager (bmm) and SDPA attention, each layer under
+(hpac.harness.sac_reference), on a 2-layer MoE block stack with eager (bmm) and SDPA attention, each layer under
 torch.utils.checkpoint.checkpoint(use_reentrant=False, context_fn=...):
   - the reference mirrors policy/op_tables.cpp entry for entry, and both save the same ops in the same order;
   - bytes kept after forward agree within 2% and are below no checkpointing; a deliberately different reference
@@ -13,17 +13,18 @@ import pytest
 import torch
 
 import hpac
-from moe_block import ATTENTION_KINDS, Block
-from parity import assert_same
+from hpac._loader import _major_minor
+from hpac.harness.blocks import ATTENTION_KINDS, Block
+from hpac.harness.parity import assert_same
 
 pytestmark = pytest.mark.skipif(
-    hpac._major_minor(torch.__version__) < (2, 4),
+    _major_minor(torch.__version__) < (2, 4),
     reason="PyTorch's selective checkpointing (create_selective_checkpoint_contexts with CheckpointPolicy) needs "
            f"torch >= 2.4 (this is torch {torch.__version__})")
 
-if hpac._major_minor(torch.__version__) >= (2, 4):
-    import sac_reference
-    from sac_reference import measure_step
+if _major_minor(torch.__version__) >= (2, 4):
+    import hpac.harness.sac_reference as sac_reference
+    from hpac.harness.sac_reference import measure_step
 
 OP_TABLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "policy", "op_tables.cpp")
 KEPT_TOLERANCE = 0.02

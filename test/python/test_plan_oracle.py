@@ -10,14 +10,15 @@ import pytest
 import torch
 
 import hpac
+from hpac._loader import _major_minor
 
-if hpac._major_minor(torch.__version__) < (2, 0):  # only on the 1.13 leg: Debian's python3 there has no scipy
+if _major_minor(torch.__version__) < (2, 0):  # only on the 1.13 leg: Debian's python3 there has no scipy
     pytest.skip("the MILP oracle needs scipy, which the torch 1.13 leg's Debian python3 lacks; it runs on the pip leg",
                 allow_module_level=True)
 
-import plan_oracle  # noqa: E402
-from moe_block import Block  # noqa: E402
-from parity import assert_same  # noqa: E402
+import hpac.harness.plan_oracle as plan_oracle  # noqa: E402
+from hpac.harness.blocks import Block  # noqa: E402
+from hpac.harness.parity import assert_same  # noqa: E402
 
 TOLERANCE = 0.01  # the bound: within 1 % of the optimum's recompute time
 

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 import hpac
-from parity import assert_same
+from hpac._loader import _major_minor
+from hpac.harness.parity import assert_same
 
-pytestmark = pytest.mark.skipif(hpac._major_minor(torch.__version__) < (2, 1),
+pytestmark = pytest.mark.skipif(_major_minor(torch.__version__) < (2, 1),
                                 reason=f"policy functions need torch >= 2.1 (this is torch {torch.__version__})")
 
 

@@ -20,8 +20,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import hpac
+from hpac._loader import _major_minor
 from drift import DriftingRouter, topk_shapes
-from parity import assert_same
+from hpac.harness.parity import assert_same
 
 HIDDEN, EXPERTS, TOP_K, TOKENS = 16, 4, 2, 24
 
@@ -86,7 +87,7 @@ def _hpac_checkpoint(policy, **rules):
     return lambda block, x: hpac.checkpoint(block, x, policy=policy, **rules)
 
 
-_HAS_CONTEXT_FN = hpac._major_minor(torch.__version__) >= (2, 1)
+_HAS_CONTEXT_FN = _major_minor(torch.__version__) >= (2, 1)
 
 
 def _context_fn(policy, invocations, **rules):

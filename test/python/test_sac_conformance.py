@@ -19,14 +19,15 @@ import pytest
 import torch
 
 import hpac
-from parity import assert_same
+from hpac._loader import _major_minor
+from hpac.harness.parity import assert_same
 
 pytestmark = pytest.mark.skipif(
-    hpac._major_minor(torch.__version__) < (2, 4),
+    _major_minor(torch.__version__) < (2, 4),
     reason=f"create_selective_checkpoint_contexts with CheckpointPolicy needs torch >= 2.4 (this is "
            f"{torch.__version__})")
 
-if hpac._major_minor(torch.__version__) >= (2, 4):
+if _major_minor(torch.__version__) >= (2, 4):
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.checkpoint import CheckpointPolicy, checkpoint
     from torch.utils.flop_counter import FlopCounterMode
@@ -351,15 +352,15 @@ def test_backward_twice_is_an_error(impl):
 def test_storage_released_after_backward(impl):
     hpac.track_memory()
     x, w = inputs(64)
-    base = hpac.memory_stats()["current_bytes"]
+    base = hpac.cpu_tensor_memory_stats()["current_bytes"]
     out = checkpoint(chain, x, w, use_reentrant=False,
                      context_fn=functools.partial(IMPLS[impl], lambda ctx, op, *a, **k: CheckpointPolicy.MUST_SAVE))
-    kept = hpac.memory_stats()["current_bytes"] - base
+    kept = hpac.cpu_tensor_memory_stats()["current_bytes"] - base
     out.sum().backward()
     del out
     x.grad = w.grad = None
     assert kept > 6 * 64 * 64 * 4  # every op's output kept
-    assert hpac.memory_stats()["current_bytes"] == base
+    assert hpac.cpu_tensor_memory_stats()["current_bytes"] == base
 
 
 def test_same_bytes_kept_as_torch():
@@ -372,9 +373,9 @@ def test_same_bytes_kept_as_torch():
     kept = {}
     for impl in ("torch", "hpac"):
         x, w = inputs(64)
-        base = hpac.memory_stats()["current_bytes"]
+        base = hpac.cpu_tensor_memory_stats()["current_bytes"]
         out = checkpoint(chain, x, w, use_reentrant=False, context_fn=functools.partial(IMPLS[impl], policy))
-        kept[impl] = hpac.memory_stats()["current_bytes"] - base
+        kept[impl] = hpac.cpu_tensor_memory_stats()["current_bytes"] - base
         out.sum().backward()
         del out, x, w  # nothing of this run is freed inside the next one's measurement
     assert kept["hpac"] == kept["torch"] >= 4 * 64 * 64 * 4  # three mm outputs and the sigmoid at least
@@ -579,7 +580,7 @@ def test_hpac_checkpoint_and_wrapper_take_a_policy_function():
         if how == "checkpoint":
             out = hpac.checkpoint(chain, x, w, policy=policy)
         else:
-            out = hpac.checkpoint_wrapper(Chain(), mode=policy)(x, w)
+            out = hpac.checkpoint_wrapper(Chain(), policy=policy)(x, w)
         counter = OpCounter()
         with counter:
             out.sum().backward()

@@ -15,13 +15,14 @@ import torch
 import torch.nn.functional as F
 
 import hpac
-from parity import assert_same
+from hpac._loader import _major_minor
+from hpac.harness.parity import assert_same
 
 pytestmark = pytest.mark.skipif(
-    hpac._major_minor(torch.__version__) < (2, 4),
+    _major_minor(torch.__version__) < (2, 4),
     reason=f"torch's SAC with CheckpointPolicy needs torch >= 2.4 (this is {torch.__version__})")
 
-if hpac._major_minor(torch.__version__) >= (2, 4):
+if _major_minor(torch.__version__) >= (2, 4):
     import hpac.torchtitan as hpac_tt
 
 H, E, K, LAYERS = 32, 4, 2, 2
@@ -71,9 +72,9 @@ def step(model):
     hpac.track_memory()
     x = torch.randn(2, 16, H, generator=torch.Generator().manual_seed(1))
     gc.collect()
-    base = hpac.memory_stats()["current_bytes"]
+    base = hpac.cpu_tensor_memory_stats()["current_bytes"]
     out = model(x)
-    kept = hpac.memory_stats()["current_bytes"] - base
+    kept = hpac.cpu_tensor_memory_stats()["current_bytes"] - base
     out.square().mean().backward()
     return kept, [p.grad for p in model.parameters()]
 

@@ -4,10 +4,10 @@
     y = hpac.checkpoint(block, x, policy="selective")              # torch 1.13+: hpac's own non-reentrant checkpoint
     y = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False,
                                           context_fn=hpac.context_fn("selective"))   # torch >= 2.1, also compiled
-    hpac.checkpoint_wrapper(layer, mode="selective")                # in place; state_dict keys unchanged
+    hpac.checkpoint_wrapper(layer, policy="selective")              # in place; state_dict keys unchanged
     context_fn = functools.partial(hpac.create_selective_checkpoint_contexts, policy_fn)  # torch's SAC API, on hpac
     policy = hpac.budget(0.3)                      # memory budget: 30% of what the region keeps under off
-    y = hpac.checkpoint(block, x, policy=policy)   # (or context_fn(policy), checkpoint_wrapper(layer, mode=policy))
+    y = hpac.checkpoint(block, x, policy=policy)   # (or context_fn(policy), checkpoint_wrapper(layer, policy=policy))
     policy.status()                                # {'stage': 'planned', 'profiles': 1, 'kept_bytes': ..., ...}
 
 The policy runs in C++ (built-in selective rules, a save list, a memory budget, or recompute everything); Python only marks
@@ -24,9 +24,10 @@ _target (a whole-step memory target: fit_memory_target).
 from ._budget import Budget, budget, roofline
 from ._explain import EXPLAIN_MODES, Explanation, explain
 from ._field_policies import PolicySpec, torchtitan_mm_shapes
-from ._frame import checkpoint, checkpoint_with
-from ._loader import (_major_minor, _ops_present, built_for_torch, dispatch_key, fallback_status, global_stats, load,
-                      memory_stats, memory_tracked, reset_global_stats, reset_peak_memory, track_memory, version)
+from ._frame import checkpoint
+from ._loader import (built_for_torch, cpu_tensor_memory_stats, dispatch_key, fallback_status, global_stats, load,
+                      memory_stats, memory_tracked, reset_cpu_tensor_peak, reset_global_stats, reset_peak_memory,
+                      track_memory, version)
 from . import _policy_fn as _policy_fn_module
 from ._policy_fn import SelectiveCheckpointContext
 from ._regions import Invocation, InvocationTally, context_fn, create_selective_checkpoint_contexts
@@ -36,8 +37,8 @@ from ._target import LayerPlan, MemoryTarget, MemoryTargetError, fit_memory_targ
 __all__ = [
     "__version__", "load", "built_for_torch", "version", "dispatch_key", "fallback_status", "global_stats",
     "reset_global_stats", "Invocation", "InvocationTally", "Budget", "budget", "context_fn", "checkpoint",
-    "checkpoint_with", "checkpoint_wrapper", "unwrap_checkpoint", "track_memory", "memory_tracked", "memory_stats",
-    "reset_peak_memory", "explain", "Explanation", "EXPLAIN_MODES", "roofline",
+    "checkpoint_wrapper", "unwrap_checkpoint", "track_memory", "memory_tracked", "cpu_tensor_memory_stats",
+    "reset_cpu_tensor_peak", "explain", "Explanation", "EXPLAIN_MODES", "roofline",
     "create_selective_checkpoint_contexts", "SelectiveCheckpointContext", "PolicySpec", "torchtitan_mm_shapes",
     "fit_memory_target", "MemoryTarget", "MemoryTargetError", "LayerPlan",
 ]

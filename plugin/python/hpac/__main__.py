@@ -18,10 +18,10 @@ Python API (import hpac):
   hpac.checkpoint(fn, *args, policy="selective")       non-reentrant checkpoint, policy run in C++ (torch >= 1.13)
   torch.utils.checkpoint.checkpoint(fn, x, use_reentrant=False,
       context_fn=hpac.context_fn("selective"))         PyTorch's checkpoint with hpac's policy (torch >= 2.1)
-  hpac.checkpoint_wrapper(module, mode="selective")    checkpoint every call of a module, in place
+  hpac.checkpoint_wrapper(module, policy="selective")  checkpoint every call of a module, in place
   policy: "selective", "full" (or None), or a save list such as ["aten::mm", "aten::max.dim"]
   hpac.global_stats(), hpac.Invocation(...).stats()    ops seen, saved, served from cache, recomputed
-  hpac.track_memory(), hpac.memory_stats()             CPU tensor bytes (current, peak)
+  hpac.track_memory(), hpac.cpu_tensor_memory_stats() CPU tensor bytes (current, peak)
   python -m hpac plan CONFIG --memory-target 70GiB --world-size 8 --device h100-sxm --out plan.json
                                                        plan a step for a machine that is not here (meta device)
 Without this module: torch.ops.load_library(LIBRARY) or LD_PRELOAD=LIBRARY give torch.ops.hpac.*"""

@@ -2,9 +2,12 @@
 import itertools
 import os
 import weakref
-from typing import Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Dict, List, Optional, Union
 
 import torch
+
+if TYPE_CHECKING:
+    from ._regions import RegionOptions
 
 
 class Budget:
@@ -79,10 +82,9 @@ class Budget:
         with open(os.fspath(path), "w", encoding="utf-8") as f:
             f.write(text)
 
-    def _invocation(self, allow_cache_entry_mutation: bool, routing: str = "verify", state_writes: str = "warn",
-                    respect_saved_tensors_hooks: bool = True):
-        return self._region.invocation(bool(allow_cache_entry_mutation), routing, state_writes,
-                                       bool(respect_saved_tensors_hooks))
+    def _invocation(self, allow_cache_entry_mutation: bool, options: "RegionOptions"):
+        """The C++ invocation of one call of this region, with its RegionOptions (_regions.py)."""
+        return self._region.invocation(bool(allow_cache_entry_mutation), *options.flat())
 
     @property
     def stage(self) -> str:
@@ -120,8 +122,7 @@ def budget(fraction: Optional[float] = None, *, bytes: Optional[int] = None, pro
            cost: str = "measured") -> Budget:
     """A memory-budget policy, one per region.
 
-    Use it as `policy=` of hpac.checkpoint / hpac.context_fn / hpac.Invocation, or `mode=` of
-    hpac.checkpoint_wrapper.
+    Use it as `policy=` of hpac.checkpoint / hpac.context_fn / hpac.Invocation / hpac.checkpoint_wrapper.
 
     Args:
         fraction: in [0, 1] of what the region keeps with checkpointing off (the outputs autograd saves: 0 = full,

@@ -32,7 +32,7 @@ def _param(kind: str, value) -> str:
 @dataclass(frozen=True)
 class PolicySpec:
     """A kind of hpac's C++ rules and its parameters, usable wherever a policy is (hpac.context_fn, hpac.Invocation,
-    hpac.checkpoint, checkpoint_wrapper's mode). Hashable, so a context_fn holding it compiles once per spec.
+    hpac.checkpoint, checkpoint_wrapper's policy). Hashable, so a context_fn holding it compiles once per spec.
 
     Args:
         kind: a policy kind name (policy/policy_kind.h): "torchtitan", "save_all_but", "save_occurrences",

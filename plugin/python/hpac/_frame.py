@@ -1,14 +1,17 @@
 """hpac.checkpoint: hpac's own non-reentrant checkpoint frame, built on torch.autograd.graph.saved_tensors_hooks
 (works on torch 1.13, which has no context_fn). Under torch.compile it takes torch.utils.checkpoint's path with
-hpac's context_fn instead (Dynamo cannot trace this frame's hooks)."""
+hpac's context_fn instead (Dynamo cannot trace this frame's hooks). It takes torch.utils.checkpoint's keywords
+(Note [torch's keywords on hpac.checkpoint])."""
 import contextlib
 import threading
-from typing import Any, Callable, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 import torch
+import torch.utils.checkpoint
 
 from . import _compile
-from ._regions import _TOP_HOOKS, Invocation, PolicyLike, _cache_entry_mutation, context_fn
+from ._regions import (_TOP_HOOKS, Invocation, PolicyLike, RegionOptions, _cache_entry_mutation, new_invocation,
+                       region_context_fn)
 
 # torch.utils.checkpoint's determinism_check values, and hpac's earlier bools.
 _DETERMINISM_CHECKS = ("default", "none")
@@ -21,6 +24,39 @@ def _determinism_check_on(value: Union[str, bool]) -> bool:
         raise ValueError(f"hpac.checkpoint: determinism_check {value!r} is not allowed; allowed: "
                          f"{', '.join(repr(v) for v in _DETERMINISM_CHECKS)} (as torch.utils.checkpoint), True, False")
     return value == "default"
+
+
+# Note [torch's keywords on hpac.checkpoint]
+# A torch user calls hpac.checkpoint as torch.utils.checkpoint.checkpoint, with torch's keywords, and none of them
+# may reach fn. Each is a parameter of hpac.checkpoint: preserve_rng_state, determinism_check and early_stop mean
+# what torch's mean; use_reentrant False or None is what hpac does anyway (a non-reentrant checkpoint under
+# saved_tensors_hooks), and True is refused; context_fn is refused, because the region's contexts are hpac's, made
+# from policy=. debug=True is refused as torch refuses it beside any context_fn but its own ("debug=True is
+# incompatible with non-default context_fn"): its operator traces come from a context_fn of torch's own, and hpac's
+# region takes that place. hpac.explain and Invocation(record_ops=True).op_log() show each op and its decision.
+_NOOP_CONTEXT_FN = getattr(torch.utils.checkpoint, "noop_context_fn", None)  # torch >= 2.0; 1.13 has no context_fn
+
+
+def _refuse_torch_only(use_reentrant: Optional[bool], context_fn: Optional[Callable], debug: bool) -> None:
+    """Refuses the values of torch.utils.checkpoint's keywords that hpac's checkpoint cannot honour, each with
+    what to do instead (Note [torch's keywords on hpac.checkpoint])."""
+    if use_reentrant is not None and use_reentrant is not False:
+        raise ValueError(
+            f"hpac.checkpoint: use_reentrant={use_reentrant!r} is not allowed; allowed: False, None. hpac's checkpoint "
+            "is non-reentrant (torch's use_reentrant=False: what backward needs is recomputed through "
+            "saved_tensors_hooks). Pass use_reentrant=False, or for the reentrant variant call "
+            "torch.utils.checkpoint.checkpoint(fn, ..., use_reentrant=True) without hpac")
+    if context_fn is not None and context_fn is not _NOOP_CONTEXT_FN:
+        raise ValueError(
+            "hpac.checkpoint: context_fn is not allowed: hpac makes the region's contexts from policy=. Pass the "
+            "policy as hpac.checkpoint(fn, ..., policy=...), or keep torch's checkpoint for a context_fn: "
+            "torch.utils.checkpoint.checkpoint(fn, ..., use_reentrant=False, context_fn=hpac.context_fn(policy)) "
+            "runs an hpac policy there")
+    if debug:
+        raise ValueError(
+            f"hpac.checkpoint: debug={debug!r} is not allowed; allowed: False. torch's debug traces come from a "
+            "context_fn of its own, which torch refuses beside any other, and hpac's region is one. Each op's "
+            "decision: hpac.explain(fn, *args, policy=...) or hpac.Invocation(policy, record_ops=True).op_log()")
 
 
 def _cuda_devices(tensors):
@@ -174,11 +210,12 @@ class _Frame:
                     "in the recompute.")
 
 
-def checkpoint(fn: Callable, *args: Any, policy: PolicyLike = "selective", preserve_rng_state: bool = True,
-               determinism_check: Union[str, bool] = "default", allow_cache_entry_mutation: bool = False,
-               routing: str = "verify", state_writes: str = "warn", respect_saved_tensors_hooks: bool = True,
-               allow_cache_mutation: Union[bool, None] = None, hold_saved: bool = True, early_stop: bool = True,
-               **kwargs: Any) -> Any:
+def checkpoint(fn: Callable, *args: Any, policy: PolicyLike = "selective", use_reentrant: Optional[bool] = None,
+               context_fn: Optional[Callable] = None, preserve_rng_state: bool = True,
+               determinism_check: Union[str, bool] = "default", debug: bool = False, early_stop: bool = True,
+               allow_cache_entry_mutation: bool = False, routing: str = "verify", state_writes: str = "warn",
+               respect_saved_tensors_hooks: bool = True, allow_cache_mutation: Union[bool, None] = None,
+               hold_saved: bool = True, **kwargs: Any) -> Any:
     """Non-reentrant checkpoint of fn(*args, **kwargs) with the policy run by hpac in C++.
 
     Works on torch 1.13 (no context_fn there): autograd's saved tensors become placeholders
@@ -186,62 +223,83 @@ def checkpoint(fn: Callable, *args: Any, policy: PolicyLike = "selective", prese
     phase with the forward's RNG state, and ops the policy saved are served from hpac's storage. Under no-grad
     fn runs plainly. While torch.compile traces it, the call is torch.utils.checkpoint.checkpoint(fn, ...,
     use_reentrant=False, context_fn=hpac.context_fn(policy)): the compiler recomputes what the policy marks.
+    torch.utils.checkpoint's keywords are hpac's too, never fn's (Note [torch's keywords on hpac.checkpoint]).
 
     Args:
         fn: the function (or module) to checkpoint.
         *args: its positional arguments.
-        policy: a kind name ("selective", "full"), a save list of op names, or a Budget.
+        policy: a kind name ("selective", "full", ...), a PolicySpec, a save list of op names, a Budget, or a
+            policy function.
+        use_reentrant: torch's; False or None (hpac's checkpoint is non-reentrant); True raises ValueError.
+        context_fn: torch's; refused (ValueError): the policy is policy=.
         preserve_rng_state: the recompute runs with the forward's CPU and CUDA RNG states.
         determinism_check: "default" compares the number, shapes, dtypes and devices of the tensors autograd saved
             in forward and in the recompute; "none" does not (torch.utils.checkpoint's values; True / False too).
+        debug: torch's; False. True raises ValueError naming hpac.explain, which shows each op's decision.
+        early_stop: the recompute stops once it has every saved tensor the frame does not hold (Note [The
+            recompute stops early]); False runs fn to the end (torch's set_checkpoint_early_stop(False)).
         allow_cache_entry_mutation: outputs kept for the recompute may be mutated in place afterwards (they are
             cloned when saved).
-        routing: "verify" or "save": what hpac does about MoE routing ops in the recompute (hpac.Invocation).
-        state_writes: "warn", "error" or "skip": in-place writes to tensors from outside the region in the
-            recompute (hpac.Invocation).
-        respect_saved_tensors_hooks: the inputs and what the region keeps go through the saved_tensors_hooks
-            around the call (save_on_cpu, offloading); False bypasses them.
+        routing, state_writes, respect_saved_tensors_hooks: the region's options (hpac.Invocation): MoE routing
+            ops in the recompute ("verify", "save"), in-place writes there to tensors from outside the region
+            ("warn", "error", "skip"), and whether the inputs and what the region keeps go through the
+            saved_tensors_hooks around the call (save_on_cpu, offloading).
         allow_cache_mutation: the old name of allow_cache_entry_mutation.
         hold_saved: saved tensors that need no recompute (the policy keeps them, or fn did not make them: inputs,
             parameters) are held by the frame, and when every one is, backward does not re-run fn (a budget of 1.0,
             "save_all"; Note [Frames hold what needs no recompute]). False: every backward re-runs fn.
-        early_stop: the recompute stops once it has every saved tensor the frame does not hold (Note [The
-            recompute stops early]); False runs fn to the end (torch's set_checkpoint_early_stop(False)).
         **kwargs: fn's keyword arguments.
 
     Returns:
         fn's result.
     """
+    _refuse_torch_only(use_reentrant, context_fn, debug)
     check = _determinism_check_on(determinism_check)
     allow = _cache_entry_mutation(allow_cache_entry_mutation, allow_cache_mutation)
-    rules = dict(routing=routing, state_writes=state_writes, respect_saved_tensors_hooks=respect_saved_tensors_hooks)
+    options = RegionOptions(routing, state_writes, respect_saved_tensors_hooks)
+    return checkpoint_call(fn, args, kwargs, policy, options, allow_cache_entry_mutation=allow,
+                           preserve_rng_state=preserve_rng_state, determinism_check=check, hold_saved=hold_saved,
+                           early_stop=early_stop)
+
+
+def checkpoint_call(fn: Callable, args: Sequence[Any], kwargs: Dict[str, Any], policy: PolicyLike,
+                    options: RegionOptions, *, allow_cache_entry_mutation: bool = False,
+                    preserve_rng_state: bool = True, determinism_check: bool = True, hold_saved: bool = True,
+                    early_stop: bool = True) -> Any:
+    """hpac.checkpoint's body: fn's arguments as a sequence and a dict, so that none is taken for a keyword of
+    hpac's (checkpoint_wrapper passes a module's call through here), and the region options as one RegionOptions."""
     if _compile.dynamo_tracing():
         return torch.utils.checkpoint.checkpoint(
             fn, *args, use_reentrant=False, preserve_rng_state=preserve_rng_state,
-            determinism_check="default" if check else "none", context_fn=context_fn(policy, allow, **rules),
-            **kwargs)
+            determinism_check="default" if determinism_check else "none",
+            context_fn=region_context_fn(policy, allow_cache_entry_mutation, options), **kwargs)
     if not torch.is_grad_enabled():
         return fn(*args, **kwargs)
-    inv = Invocation(policy, allow, **rules)
+    inv = new_invocation(policy, allow_cache_entry_mutation, options)
     owner = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
     if isinstance(owner, torch.nn.Module):
         inv.name_state(owner)  # messages name the buffer a recompute writes again (Note [State written twice])
-    return checkpoint_with(inv, fn, *args, preserve_rng_state=preserve_rng_state, determinism_check=check,
-                           _inputs_through_hooks=respect_saved_tensors_hooks, hold_saved=hold_saved,
-                           early_stop=early_stop, **kwargs)
+    return _run_frame(inv, fn, args, kwargs, preserve_rng_state, determinism_check,
+                      options.respect_saved_tensors_hooks, hold_saved, early_stop)
 
 
 def checkpoint_with(invocation, fn: Callable, *args: Any, preserve_rng_state: bool = True,
                     determinism_check: Union[str, bool] = "default", _inputs_through_hooks: bool = True,
                     hold_saved: bool = True, early_stop: bool = True, **kwargs: Any) -> Any:
     """hpac.checkpoint's machinery around any invocation-like object: one with `.id` and a context manager
-    `.region(phase)` for phase 'forward' / 'recompute' (benchmarks plug a Python dispatch mode in here)."""
+    `.region(phase)` for phase 'forward' / 'recompute' (benchmarks plug a Python dispatch mode in here; not API:
+    hpac.harness.checkpoint_with)."""
+    return _run_frame(invocation, fn, args, kwargs, preserve_rng_state, _determinism_check_on(determinism_check),
+                      _inputs_through_hooks, hold_saved, early_stop)
+
+
+def _run_frame(invocation, fn: Callable, args: Sequence[Any], kwargs: Dict[str, Any], preserve_rng_state: bool,
+               determinism_check: bool, inputs_through_hooks: bool, hold_saved: bool, early_stop: bool) -> Any:
     if not torch.is_grad_enabled():
         return fn(*args, **kwargs)
     # torch >= 2.0 says which hooks are around the call (1.13 cannot: the frame holds its inputs itself there).
-    outer = _TOP_HOOKS(False) if _TOP_HOOKS is not None and _inputs_through_hooks else None
-    frame = _Frame(fn, args, kwargs, invocation, preserve_rng_state, _determinism_check_on(determinism_check), outer,
-                   hold_saved, early_stop)
+    outer = _TOP_HOOKS(False) if _TOP_HOOKS is not None and inputs_through_hooks else None
+    frame = _Frame(fn, args, kwargs, invocation, preserve_rng_state, determinism_check, outer, hold_saved, early_stop)
     with torch.autograd.graph.saved_tensors_hooks(frame.pack, frame.unpack), frame.forward_region:
         out = fn(*args, **kwargs)
     frame.end_forward()

@@ -1,8 +1,10 @@
 """Loading libhpac.so and the process-wide ops it registers (torch.ops.hpac.*): version, dispatch key, stats,
 the tracking CPU allocator."""
+import functools
 import os
 import threading
-from typing import Dict, Optional, Tuple
+import warnings
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
@@ -141,11 +143,29 @@ def memory_tracked() -> bool:
     return bool(torch.ops.hpac.memory_tracked())
 
 
-def memory_stats() -> Dict[str, int]:
+def cpu_tensor_memory_stats() -> Dict[str, int]:
     """{'current_bytes', 'peak_bytes', 'allocations'} of the CPU tensors allocated while the tracking allocator was
-    installed (track_memory()); zeros if it never was. Reading installs nothing."""
+    installed (track_memory()); zeros if it never was. CPU tensor bytes only: CUDA memory is
+    torch.cuda.memory_stats(). Reading installs nothing."""
     return dict(torch.ops.hpac.memory_stats())
 
 
-def reset_peak_memory() -> None:
+def reset_cpu_tensor_peak() -> None:
+    """Sets cpu_tensor_memory_stats()'s 'peak_bytes' to its 'current_bytes' (CPU tensor bytes only)."""
     torch.ops.hpac.reset_peak_memory()
+
+
+def _deprecated_name(old: str, new: Callable) -> Callable:
+    """`new` under its old name, warning with a DeprecationWarning at each call; kept for one release."""
+    @functools.wraps(new)
+    def alias(*args, **kwargs):
+        warnings.warn(f"hpac.{old} is deprecated: it counts CPU tensor bytes only, and is now named "
+                      f"hpac.{new.__name__}; the old name goes in the next release", DeprecationWarning, stacklevel=2)
+        return new(*args, **kwargs)
+    alias.__name__ = alias.__qualname__ = old
+    alias.__doc__ = f"Deprecated name of {new.__name__} (DeprecationWarning); kept for one release."
+    return alias
+
+
+memory_stats = _deprecated_name("memory_stats", cpu_tensor_memory_stats)
+reset_peak_memory = _deprecated_name("reset_peak_memory", reset_cpu_tensor_peak)

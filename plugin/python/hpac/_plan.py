@@ -284,6 +284,36 @@ def _model_identity(model: torch.nn.Module) -> Dict[str, Any]:
     return out
 
 
+def _result(cfg: dict, run: "_Run", prep, stats, spec, target: int, t0: float, messages, notes) -> Dict[str, Any]:
+    """The plan file's content (FORMAT) from the plan's run and its Preparation, modes not yet measured."""
+    world = run.world
+    report = prep.target.report()
+    uniform = prep.target.uniform_plans()
+    return {
+        "format": FORMAT,
+        "made_by": {"hpac": _version(), "torch": torch.__version__, "seconds": round(time.perf_counter() - t0, 2)},
+        "config": cfg.get("file"),
+        "model": _model_identity(run.model),
+        "shapes": {"micro_batch": run.batch, "seq_len": run.seq},
+        "dtype": cfg["train"]["dtype"],
+        "world_size": world,
+        "device": spec.as_dict(),
+        "memory_target_bytes": target,
+        "predicted_bytes": report["predicted_bytes"],
+        "predicted_event": report["predicted_event"],
+        "meta_measured_bytes": report["history"][-1]["measured_bytes"] if report["history"] else None,
+        "meta_measured_event": report["history"][-1]["measured_event"] if report["history"] else None,
+        "recompute_micros": sum(layer["recompute_micros"] for layer in report["layers"] if layer["checkpointed"]),
+        "floor_bytes": min((u["predicted_bytes"] for u in uniform if u["candidate"] > 0), default=None),
+        "layers": [dict(layer, path=p.path, ops={k: st.get(k, 0) for k in ("saved", "recomputed", "served")})
+                   for layer, p, st in zip(report["layers"], prep.layers, stats)],
+        "events": report["events"],
+        "fixed": _fixed_parts(run),
+        "messages": messages,
+        "notes": notes,
+    }
+
+
 def plan(config: Union[str, os.PathLike, dict], memory_target: Union[int, str, None] = None, *,
          world_size: Optional[int] = None, device: Union[str, os.PathLike, "_devices.DeviceSpec", None] = None,
          modes: Sequence[str] = (), out: Union[str, os.PathLike, None] = None,
@@ -339,31 +369,7 @@ def plan(config: Union[str, os.PathLike, dict], memory_target: Union[int, str, N
         except MemoryTargetError as e:
             raise PlanError(str(e)) from None
         stats = prep.take_layer_stats()
-    report = prep.target.report()
-    uniform = prep.target.uniform_plans()
-    result = {
-        "format": FORMAT,
-        "made_by": {"hpac": _version(), "torch": torch.__version__, "seconds": round(time.perf_counter() - t0, 2)},
-        "config": cfg.get("file"),
-        "model": _model_identity(run.model),
-        "shapes": {"micro_batch": run.batch, "seq_len": run.seq},
-        "dtype": cfg["train"]["dtype"],
-        "world_size": world,
-        "device": spec.as_dict(),
-        "memory_target_bytes": target,
-        "predicted_bytes": report["predicted_bytes"],
-        "predicted_event": report["predicted_event"],
-        "meta_measured_bytes": report["history"][-1]["measured_bytes"] if report["history"] else None,
-        "meta_measured_event": report["history"][-1]["measured_event"] if report["history"] else None,
-        "recompute_micros": sum(layer["recompute_micros"] for layer in report["layers"] if layer["checkpointed"]),
-        "floor_bytes": min((u["predicted_bytes"] for u in uniform if u["candidate"] > 0), default=None),
-        "layers": [dict(layer, path=p.path, ops={k: st.get(k, 0) for k in ("saved", "recomputed", "served")})
-                   for layer, p, st in zip(report["layers"], prep.layers, stats)],
-        "events": report["events"],
-        "fixed": _fixed_parts(run),
-        "messages": messages,
-        "notes": notes,
-    }
+    result = _result(cfg, run, prep, stats, spec, target, t0, messages, notes)
     del prep, run  # the plan's model and optimizer, before the modes' runs (each measures from its own start)
     if modes:
         result["modes"] = {mode: _mode_peak(cfg, world, mode, say) for mode in modes}

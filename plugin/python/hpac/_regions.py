@@ -1,6 +1,7 @@
 """Regions: one checkpoint call's C++ Invocation and its forward / recompute contexts, and context_fn for
 torch.utils.checkpoint. Under torch.compile the contexts are PyTorch's selective checkpoint modes driven by the same
 C++ policy (_compile.py)."""
+import dataclasses
 import functools
 import inspect
 import itertools
@@ -153,6 +154,36 @@ ROUTING_RULES = ("verify", "save")
 STATE_WRITE_RULES = ("warn", "error", "skip")
 
 
+@dataclasses.dataclass(frozen=True)
+class RegionOptions:
+    """What a checkpoint region does besides its policy: the three options hpac.checkpoint, hpac.context_fn,
+    hpac.Invocation and hpac.checkpoint_wrapper take as keywords, carried as one value between them (and hpac.hf).
+    Checked in C++ when the region's Invocation is made ("'X' is not allowed; allowed: ...").
+
+    Args:
+        routing: "verify" or "save": what hpac does about MoE routing ops in the recompute (Note [Routing is
+            verified], replay/routing_check.h).
+        state_writes: "warn", "error" or "skip": in-place writes to tensors from outside the region in the recompute
+            (Note [State written twice]).
+        respect_saved_tensors_hooks: what the region keeps goes through the saved_tensors_hooks around it (Note
+            [Outer saved-tensor hooks]); False bypasses them.
+    """
+
+    routing: str = "verify"
+    state_writes: str = "warn"
+    respect_saved_tensors_hooks: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "routing", str(self.routing))
+        object.__setattr__(self, "state_writes", str(self.state_writes))
+        object.__setattr__(self, "respect_saved_tensors_hooks", bool(self.respect_saved_tensors_hooks))
+
+    def flat(self) -> Tuple[str, str, bool]:
+        """(routing, state_writes, respect_saved_tensors_hooks): constants, as the C++ constructors and a
+        functools.partial that Dynamo guards on take them (Note [context_fn under torch.compile])."""
+        return self.routing, self.state_writes, self.respect_saved_tensors_hooks
+
+
 class Invocation:
     """One checkpoint call: the C++ Invocation (op counters, storage, stats) and its two regions.
 
@@ -178,16 +209,16 @@ class Invocation:
                  state_writes: str = "warn", respect_saved_tensors_hooks: bool = True,
                  allow_cache_mutation: Optional[bool] = None):
         allow = _cache_entry_mutation(allow_cache_entry_mutation, allow_cache_mutation)
-        rules = (str(routing), str(state_writes), bool(respect_saved_tensors_hooks))
+        options = RegionOptions(routing, state_writes, respect_saved_tensors_hooks)
         self._policy_fn = None
         if callable(policy) and not isinstance(policy, (str, Budget)):
             _policy_fn.require_modes("a policy function")
             self._policy_fn = policy
         if isinstance(policy, Budget):
-            self._handle = policy._invocation(allow, *rules)
+            self._handle = policy._invocation(allow, options)
         else:
             kind, names = policy_kind(policy)
-            self._handle = torch.classes.hpac.Invocation(kind, names, allow, *rules)
+            self._handle = torch.classes.hpac.Invocation(kind, names, allow, *options.flat())
         if record_ops:
             self._handle.record_ops(True)
         if explain:
@@ -216,6 +247,21 @@ class Invocation:
     def region(self, phase: str) -> _Region:
         """Every aten op run inside goes through hpac (phase: 'forward' or 'recompute')."""
         return (_ForwardRegion if phase == "forward" else _Region)(self, phase)
+
+
+def new_invocation(policy: PolicyLike, allow_cache_entry_mutation: bool, options: RegionOptions,
+                   record_ops: bool = False) -> Invocation:
+    """Invocation(...) with its three region options given as one RegionOptions (hpac's own callers)."""
+    return Invocation(policy, allow_cache_entry_mutation, record_ops, routing=options.routing,
+                      state_writes=options.state_writes,
+                      respect_saved_tensors_hooks=options.respect_saved_tensors_hooks)
+
+
+def check_region(policy: PolicyLike, options: RegionOptions) -> None:
+    """Checks a policy and the region options in C++ now, where the caller names them, not inside backward: an
+    unknown kind or option raises RuntimeError naming it and what is allowed. A Budget was checked when made."""
+    kind, names = policy_kind(policy) if not isinstance(policy, Budget) else ("full", [])
+    torch.classes.hpac.Invocation(kind, names, False, *options.flat())
 
 
 # Note [context_fn under torch.compile]
@@ -329,15 +375,15 @@ def _policy_of(key) -> PolicyLike:
 
 
 def _make_contexts(policy_key, allow_cache_entry_mutation: bool, record_ops: bool, hook: Optional[int],
-                   rules: Tuple[str, str, bool] = ("verify", "warn", True)):
+                   options: Tuple[str, str, bool] = RegionOptions().flat()):
     """context_fn's body, per checkpoint call: hpac's two regions of a new Invocation, or, while torch.compile
     traces the call, PyTorch's selective checkpoint modes asking the same policy (_compile.traced_contexts).
-    rules: (routing, state_writes, respect_saved_tensors_hooks)."""
+    options: RegionOptions.flat(), as the partial holds it."""
     policy = _policy_of(policy_key)
+    region_options = RegionOptions(*options)
     if _compile.tracing():
-        return _compile.traced_contexts(policy, allow_cache_entry_mutation, routing=rules[0])
-    inv = Invocation(policy, allow_cache_entry_mutation, record_ops=record_ops, routing=rules[0],
-                     state_writes=rules[1], respect_saved_tensors_hooks=rules[2])
+        return _compile.traced_contexts(policy, allow_cache_entry_mutation, routing=region_options.routing)
+    inv = new_invocation(policy, allow_cache_entry_mutation, region_options, record_ops)
     made = _CONTEXT_FNS.get(hook) if hook is not None else None
     if made is not None:
         made.on_invocation(inv)
@@ -369,15 +415,23 @@ def context_fn(policy: PolicyLike = "selective", allow_cache_entry_mutation: boo
         equal policies give equal partials, so layers checkpointed alike compile once.
     """
     allow = _cache_entry_mutation(allow_cache_entry_mutation, allow_cache_mutation)
+    options = RegionOptions(routing, state_writes, respect_saved_tensors_hooks)
+    return region_context_fn(policy, allow, options, on_invocation=on_invocation, record_ops=record_ops)
+
+
+def region_context_fn(policy: PolicyLike, allow_cache_entry_mutation: bool, options: RegionOptions, *,
+                      on_invocation: Optional[Callable[[Invocation], None]] = None,
+                      record_ops: bool = False) -> Callable[[], tuple]:
+    """context_fn(...) with its region options given as one RegionOptions (hpac.checkpoint under torch.compile,
+    hpac.hf's layers). The options are flattened into the partial: Dynamo takes constants only."""
     key = _policy_key(policy)
-    rules = (str(routing), str(state_writes), bool(respect_saved_tensors_hooks))
     if not _compile.dynamo_tracing():
-        kind, names = policy_kind(policy) if not isinstance(policy, Budget) else ("full", [])
-        torch.classes.hpac.Invocation(kind, names, False, *rules)  # validate now (in C++), not inside backward
+        check_region(policy, options)
     number = None
     if on_invocation is not None and not _compile.dynamo_tracing():  # compiled code runs no eager invocation
         number = next(_hook_numbers)
-    made = functools.partial(_make_contexts, key, allow, bool(record_ops), number, rules)
+    made = functools.partial(_make_contexts, key, bool(allow_cache_entry_mutation), bool(record_ops), number,
+                             options.flat())
     if number is not None:
         made.on_invocation = on_invocation  # found by number, weakly (Note [Nothing outlives its model])
         _CONTEXT_FNS[number] = made

@@ -393,9 +393,11 @@ class _TargetCall:
         target._close_step()  # the step ends here: its history row now, nothing counted until the next begins
 
 
-def _hpac_checkpointed(policy, original, *args, **kwargs):
-    from ._frame import checkpoint
-    return checkpoint(original, *args, policy=policy, **kwargs)
+def _hpac_checkpointed(policy, original, /, *args, **kwargs):
+    # The module's own keywords stay its own, whatever their names (hpac.checkpoint reserves torch's).
+    from ._frame import checkpoint_call
+    from ._regions import RegionOptions
+    return checkpoint_call(original, args, kwargs, policy, RegionOptions())
 
 
 def fit_memory_target(model: torch.nn.Module, layers: Sequence[torch.nn.Module], target: Union[int, str], *,

@@ -40,6 +40,8 @@ import torch
 import torch.utils.checkpoint
 
 import hpac
+from hpac._loader import _ops_present
+from hpac._regions import RegionOptions, region_context_fn
 from hpac._wrap import unwrap_checkpoint, wrap_forward
 
 __all__ = [
@@ -52,7 +54,7 @@ _config_library_path: Optional[str] = None  # what load_config_library loaded (p
 
 
 def _config_ops_present():
-    return hpac._ops_present("hpac_config", "load_config")
+    return _ops_present("hpac_config", "load_config")
 
 
 def load_config_library(path: Optional[str] = None) -> Optional[str]:
@@ -222,7 +224,7 @@ class PreparedLayer:
     mode: str                 # the planned mode: off | full | selective | budget
     record_ops: bool = False  # keep each call's op log; take_stats adds it up as "log:<phase> <op> <action>"
     # activation_checkpoint.routing / .state_writes (replay/recompute_rules.h)
-    rules: Optional[dict] = None
+    options: RegionOptions = field(default_factory=RegionOptions)
     path: str = field(init=False)
     index: int = field(init=False)
     module: torch.nn.Module = field(init=False, repr=False)
@@ -237,14 +239,14 @@ class PreparedLayer:
 
     def __post_init__(self, ref):
         self.path, self.index, self.module = ref.path, ref.index, ref.module
-        self.rules = dict(self.rules or {"routing": "verify", "state_writes": "warn"})
 
     def _context_fn(self, policy):
         if self.compiled:
             # One context_fn per policy for every layer, so that layers of one shape share one compiled graph (Note
             # [context_fn under torch.compile]); compiled code runs no eager invocation to take stats from.
-            return hpac.context_fn(policy, **self.rules)
-        return hpac.context_fn(policy, on_invocation=self._on_invocation, record_ops=self.record_ops, **self.rules)
+            return region_context_fn(policy, False, self.options)
+        return region_context_fn(policy, False, self.options, on_invocation=self._on_invocation,
+                                 record_ops=self.record_ops)
 
     def _on_invocation(self, inv):
         self._tally.watch(inv)
@@ -347,7 +349,7 @@ def _budget_of(memory_budget, cost="measured"):
     return hpac.budget(memory_budget["fraction"], cost=cost)
 
 
-def _torch_checkpointed(context_fn, original, *args, **kwargs):
+def _torch_checkpointed(context_fn, original, /, *args, **kwargs):
     if not torch.is_grad_enabled():
         return original(*args, **kwargs)
     return torch.utils.checkpoint.checkpoint(original, *args, use_reentrant=False, context_fn=context_fn, **kwargs)
@@ -471,11 +473,11 @@ def _apply(prep, plan, config, record_ops, compile_on):
         configs[path].use_cache = False
         prep.use_cache_disabled.append(path)
     ac = config["activation_checkpoint"]
-    rules = {"routing": ac["routing"], "state_writes": ac["state_writes"]}
+    options = RegionOptions(routing=ac["routing"], state_writes=ac["state_writes"])
     refs = {ref.path: (ref, c.role) for c in d.containers for ref in c.layers}
     for lp in plan["layers"]:
         ref, role = refs[lp["path"]]
-        prep.layers.append(PreparedLayer(ref, role, lp["mode"], record_ops, rules))
+        prep.layers.append(PreparedLayer(ref, role, lp["mode"], record_ops, options))
         prep.layers[-1].compiled = compile_on
     if prep.full_route == "native":
         _enable_native(d.inner_model)

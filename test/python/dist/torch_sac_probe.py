@@ -8,7 +8,7 @@ without checkpointing. A harness script, not a test (the tests assert hpac's beh
         [--experts-regathered-in-recompute] [--policy mm|hpac]
 
 --policy mm saves aten.mm only (a list policy, as torchtitan writes them); hpac is hpac's selective policy written
-for PyTorch's SAC (test/python/sac_reference.py). Each rank prints one verdict line: "OK" with |dloss| |dgrad| against
+for PyTorch's SAC (hpac.harness.sac_reference). Each rank prints one verdict line: "OK" with |dloss| |dgrad| against
 no checkpointing, or "FAILED" with the error; the exit status is 0 only when every step ran.
 """
 import argparse
@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 def _context_fn(policy):
     if policy == "mm":
         return lambda: create_selective_checkpoint_contexts([torch.ops.aten.mm.default])
-    import sac_reference
+    import hpac.harness.sac_reference as sac_reference
     return sac_reference.make_context_fn()
 
 

@@ -62,7 +62,7 @@ def _step(model, ids, step):
 
 def _live_bytes():
     gc.collect()
-    return hpac.memory_stats()["current_bytes"]
+    return hpac.cpu_tensor_memory_stats()["current_bytes"]
 
 
 def _live(kind):

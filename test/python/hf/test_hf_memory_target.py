@@ -32,12 +32,12 @@ def _train(mode, steps=STEPS, log=None):
     losses, peaks = [], []
     for step in range(steps):
         ids = hm.token_batch(spec["vocab_size"], 4, 128, 1, step)
-        hpac.reset_peak_memory()
+        hpac.reset_cpu_tensor_peak()
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
         opt.zero_grad()
-        peaks.append(hpac.memory_stats()["peak_bytes"])
+        peaks.append(hpac.cpu_tensor_memory_stats()["peak_bytes"])
         losses.append(loss.item())
         del loss
     params = [p.detach().numpy().copy() for p in model.parameters()]
@@ -72,7 +72,7 @@ def test_a_target_between_full_and_off_holds_and_trains_as_off(reference, share)
     for row in planned:
         assert row["measured_bytes"] <= target, (share, row)
         assert abs(row["predicted_bytes"] - row["measured_bytes"]) <= 0.05 * row["measured_bytes"], row
-    # The user's own peak (hpac.memory_stats) agrees: the target does not reset it.
+    # The user's own peak (hpac.cpu_tensor_memory_stats) agrees: the target does not reset it.
     assert max(peaks[1:]) <= target
     assert losses == off[0]  # bitwise: float equality of every step's loss
     for a, b in zip(params, off[1]):

@@ -42,12 +42,12 @@ def test_a_meta_tensor_counts_its_bytes_until_it_dies():
     torch.ops.hpac.track_meta_memory()
     assert torch.ops.hpac.meta_memory_tracked()
     gc.collect()
-    before = hpac.memory_stats()["current_bytes"]
+    before = hpac.cpu_tensor_memory_stats()["current_bytes"]
     t = torch.empty(1000, 3, device="meta")
     u = t.to(torch.bfloat16)
-    assert hpac.memory_stats()["current_bytes"] - before == 12000 + 6000
+    assert hpac.cpu_tensor_memory_stats()["current_bytes"] - before == 12000 + 6000
     del t, u
-    assert hpac.memory_stats()["current_bytes"] == before
+    assert hpac.cpu_tensor_memory_stats()["current_bytes"] == before
 
 
 _EVENTS = """
@@ -103,12 +103,12 @@ def train(config):
     peaks, losses = [], []
     for step in range(4):
         ids = hm.token_batch(cfg["model"]["vocab_size"], 4, 128, 1, step)
-        hpac.reset_peak_memory()
+        hpac.reset_cpu_tensor_peak()
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
         opt.zero_grad()
-        peaks.append(hpac.memory_stats()["peak_bytes"])
+        peaks.append(hpac.cpu_tensor_memory_stats()["peak_bytes"])
         losses.append(loss.item())
     layers = [p.layer for p in prep.layers]
     del model, opt, prep, loss
@@ -295,9 +295,9 @@ def test_a_plan_frees_its_meta_step_and_names_one_ranks_parts_below_the_floor(tm
     config = _yaml(tmp_path)
     hpac.track_memory()
     gc.collect()
-    before = hpac.memory_stats()["current_bytes"]
+    before = hpac.cpu_tensor_memory_stats()["current_bytes"]
     _plan.plan(config, "1GiB", world_size=2, modes=("full",))
-    assert hpac.memory_stats()["current_bytes"] == before  # no gc.collect() of ours: plan() leaves nothing behind
+    assert hpac.cpu_tensor_memory_stats()["current_bytes"] == before  # no gc.collect() of ours: plan() leaves nothing behind
     model = models.qwen3_moe(hf.load_config(config)["model"])
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     del model

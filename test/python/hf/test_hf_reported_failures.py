@@ -22,7 +22,7 @@ import models
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from drift import DriftingRouter, topk_shapes  # noqa: E402
-from parity import assert_same  # noqa: E402
+from hpac.harness.parity import assert_same  # noqa: E402
 
 MODES = ["full", "selective", "budget:0.5"]
 FAMILIES = ["qwen3_moe", "deepseek_v3"]

@@ -1,6 +1,6 @@
 """Level0 comparison on real transformers models: the same model trained under off, full and selective from one seed,
 step by step, with losses and gradients compared against the off run (used by tools/demo.sh, the Level0 tests and
-bench/hf_qwen3_30b_layer.py).
+bench/scale/hf_qwen3_30b_layer.py).
 
     cmp = train_compare(build, cfg_dict, make_batch, steps=5)   # build(): a fresh model (same seed each call)
     print(format_table(cmp))
@@ -56,14 +56,14 @@ class ModeRun:
 def _step(run, input_ids, tracked):
     run.opt.zero_grad(set_to_none=False)
     if tracked:
-        start = hpac.memory_stats()["current_bytes"]
-        hpac.reset_peak_memory()
+        start = hpac.cpu_tensor_memory_stats()["current_bytes"]
+        hpac.reset_cpu_tensor_peak()
     t0 = time.perf_counter()
     loss = run.model(input_ids=input_ids, labels=input_ids).loss
-    run.kept.append(hpac.memory_stats()["current_bytes"] - start if tracked else None)
+    run.kept.append(hpac.cpu_tensor_memory_stats()["current_bytes"] - start if tracked else None)
     loss.backward()
     elapsed = time.perf_counter() - t0
-    run.peaks.append(hpac.memory_stats()["peak_bytes"] - start if tracked else None)
+    run.peaks.append(hpac.cpu_tensor_memory_stats()["peak_bytes"] - start if tracked else None)
     run.times.append(elapsed)
     run.losses.append(loss.detach())
     run.layer_stats.append(run.prep.take_layer_stats())

@@ -32,10 +32,10 @@ class Memory:
             torch.cuda.synchronize()
 
     def current(self):
-        return torch.cuda.memory_allocated() if self.cuda else hpac.memory_stats()["current_bytes"]
+        return torch.cuda.memory_allocated() if self.cuda else hpac.cpu_tensor_memory_stats()["current_bytes"]
 
     def peak(self):
-        return torch.cuda.max_memory_allocated() if self.cuda else hpac.memory_stats()["peak_bytes"]
+        return torch.cuda.max_memory_allocated() if self.cuda else hpac.cpu_tensor_memory_stats()["peak_bytes"]
 
     def reset_peak(self):
         """Resets the peak (after the device's pending work); returns the bytes live now."""
@@ -43,7 +43,7 @@ class Memory:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
         else:
-            hpac.reset_peak_memory()
+            hpac.reset_cpu_tensor_peak()
         return self.current()
 
     def elapsed(self, t0):

@@ -1,0 +1,1 @@
+"""The torch releases hpac was built and tested against (tools/torch_release_check.sh writes the JSON)."""

@@ -1,0 +1,1 @@
+"""Long runs: memory flat over many steps, dropped forwards, exceptions and rebuilt models."""
