@@ -45,7 +45,7 @@ import contextlib
 import gc
 import json
 import os
-import statistics
+from statistics import median
 import sys
 import time
 
@@ -195,29 +195,25 @@ def count_ops(region, x0, w0):
             "forward_detach": counters["forward"].detach}
 
 
-def med(values):
-    return statistics.median(values)
-
-
 def summarize(times, ops):
     us = 1e6
     n_f, n_r = ops["forward"], ops["recompute"]
     out = {}
     for v in VARIANTS:
         t = times[v]
-        row = {"forward_us_per_op": med(t["forward"]) / n_f * us,
-               "forward_extra_over_off_us_per_op": med([a - b for a, b in zip(t["forward"], times["off"]["forward"])])
+        row = {"forward_us_per_op": median(t["forward"]) / n_f * us,
+               "forward_extra_over_off_us_per_op": median([a - b for a, b in zip(t["forward"], times["off"]["forward"])])
                / n_f * us,
-               "backward_us_per_op": med(t["backward"]) / n_r * us,
-               "backward_extra_over_off_us_per_op": med([a - b for a, b in zip(t["backward"],
+               "backward_us_per_op": median(t["backward"]) / n_r * us,
+               "backward_extra_over_off_us_per_op": median([a - b for a, b in zip(t["backward"],
                                                                              times["off"]["backward"])]) / n_r * us}
         if v != "off":
             base = "full_flop" if v.endswith("_flop") else "full"
-            row["forward_region_us_per_op"] = med(t["forward_region"]) / n_f * us
-            row["recompute_us_per_op"] = med(t["recompute"]) / n_r * us
-            row["recompute_extra_over_full_us_per_op"] = med(
+            row["forward_region_us_per_op"] = median(t["forward_region"]) / n_f * us
+            row["recompute_us_per_op"] = median(t["recompute"]) / n_r * us
+            row["recompute_extra_over_full_us_per_op"] = median(
                 [a - b for a, b in zip(t["recompute"], times[base]["recompute"])]) / n_r * us
-            row["recompute_extra_over_plain_full_us_per_op"] = med(
+            row["recompute_extra_over_plain_full_us_per_op"] = median(
                 [a - b for a, b in zip(t["recompute"], times["full"]["recompute"])]) / n_r * us
         out[v] = row
     ratios = {}
@@ -225,7 +221,7 @@ def summarize(times, ops):
         ratios[f"{h}/{p}"] = {}
         for phase in ("forward", "recompute", "backward"):
             r = [a / b for a, b in zip(times[h][phase], times[p][phase])]
-            ratios[f"{h}/{p}"][phase] = {"median": med(r), "min": min(r), "max": max(r)}
+            ratios[f"{h}/{p}"][phase] = {"median": median(r), "min": min(r), "max": max(r)}
     return out, ratios
 
 
