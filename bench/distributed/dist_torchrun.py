@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from bench.common import RESULTS, ROOT, child_env, write_json
+from bench.common import RESULTS, ROOT, child_env, environment, write_json
 LAYOUTS = [("dp2_fsdp", 2), ("tp2", 2), ("ep2_dp2_fsdp", 2), ("dp4_fsdp", 4), ("tp2_dp2_fsdp", 4),
            ("ep4_dp4_fsdp", 4), ("tp2_ep2_dp2_fsdp", 4)]
 DRIFT_LAYOUT, DRIFT_BUDGET = "tp2_ep2_dp2_fsdp", 0.5
@@ -125,7 +125,7 @@ def main():
         ap.error(f"--steps {args.steps}: allowed: a positive integer")
     if args.drift:
         out = args.out or os.path.join(RESULTS, "dist_drift.json")
-        result = drift(args.python, args.steps)
+        result = {**environment("dist_drift"), **drift(args.python, args.steps)}
         write_json(out, result)
         print(f"{DRIFT_LAYOUT}: {result['wall_s']} s; wrote {out}")
         return 0
@@ -139,9 +139,8 @@ def main():
     for name in wanted:
         results.append(run(args.python, name, known[name]))
         print(f"{name}: {results[-1]['wall_s']} s", flush=True)
-    with open(args.out, "w") as f:
-        json.dump({"cores": os.cpu_count(), "threads_per_rank": 1, "layouts": results}, f, indent=1)
-        f.write("\n")
+    write_json(args.out, {**environment("dist_torchrun"), "cores": os.cpu_count(), "threads_per_rank": 1,
+                          "layouts": results})
     print(f"wrote {args.out}")
 
 

@@ -7,14 +7,13 @@ output is parsed: the lead rank's parity lines (maxima over ranks and steps agai
 rank's peak memory and last-step collective counts. bench/report.py prints the table from the JSON.
 """
 import argparse
-import json
 import os
 import re
 import subprocess
 import sys
 import time
 
-from bench.common import RESULTS, ROOT
+from bench.common import RESULTS, ROOT, environment, write_json
 LAYOUTS = [("tp2", 2), ("ep2_dp2", 2), ("dp2_fsdp", 2), ("tp2_ep2_dp2_fsdp", 4)]
 STEPS = 3
 PARITY = re.compile(r"parity (\w+)\s+vs the 1-rank run over (\d+) steps: max \|dloss\| (\S+), max \|dgrad\| ([^\s,]+)")
@@ -54,9 +53,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(RESULTS, "distributed.json"))
     args = ap.parse_args()
     results = [run(args.build, layout, ranks) for layout, ranks in LAYOUTS]
-    with open(args.out, "w") as f:
-        json.dump({"cores": os.cpu_count(), "layouts": results}, f, indent=1)
-        f.write("\n")
+    write_json(args.out, {**environment("hpac_train_compare"), "cores": os.cpu_count(), "layouts": results})
     print(f"wrote {args.out}")
 
 
