@@ -2,12 +2,12 @@
 # The fast benchmarks, in one go (bench/README.md lists every benchmark, its JSON and its docs region): builds, then
 # runs the per-op overhead benchmark, the per-mode step benchmarks (core blocks; trainer zoo models with AdamW), the
 # Python peer harness, hpac beside PyTorch's own SAC, the Python policy_fn benchmark, the multi-rank hpac-train
-# comparisons and the main job's budget plans (against the exact optimum, its frontier, its memory target, its
-# plan made on the meta device), writing JSON to
-# bench/results/, the plot to docs/results_step.svg, and the docs' generated regions from the new JSON (with
-# HPAC_BENCH_OUT=DIR the JSON goes to DIR instead and the docs are left alone). Its budget: about 15 minutes on a
-# 2-core machine (on 2026-12-07 its first nine steps took 6, the last two 2). At the end it names the benchmarks it left out (each would take the suite
-# past its budget, or needs what this machine may lack) and the command of each.
+# comparisons and the main job's budget plans (against the exact optimum, its frontier, its memory target, its plan
+# made on the meta device), writing JSON to bench/results/, the plots to docs/, and the docs' generated regions from
+# the new JSON (with HPAC_BENCH_OUT=DIR the JSON goes to DIR instead and the docs are left alone). Its budget: about
+# 15 minutes on a 2-core machine (on 2026-12-07 its first nine steps took 6, the last two 2). At the end it names the
+# benchmarks it left out (each would take the suite past its budget, or needs what this machine may lack) and the
+# command of each.
 #
 #   bench/run.sh            # everything below
 #   bench/run.sh --list     # only the list: what runs here, what is left out
