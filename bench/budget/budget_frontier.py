@@ -23,8 +23,6 @@ measured steps. The eager methods' gradients are compared with off's at every st
     .venv/bin/python -m bench.budget.budget_frontier --plot bench/results/budget_frontier.json docs/results_budget.svg
 """
 import argparse
-import copy
-import gc
 import json
 import os
 import statistics

@@ -9,11 +9,8 @@ kernel), the same over the ops of each kind, the roofline, and the 12 ops with t
     .venv/bin/python -m bench.budget.cost_estimate [--profiles 5] [--out bench/results/cost_estimate.json]
 """
 import argparse
-import json
 import os
 import sys
-
-import torch
 
 from bench.common import CONFIG, RESULTS, ROOT, environment, write_json
 
@@ -81,7 +78,7 @@ def main():
     # The roofline the estimates used, read back from one matmul: flops / time where compute bound.
     top = sorted(ops, key=lambda p: -p["micros"])[:12]
     result = {
-        **environment("cost_estimate"), "transformers": transformers.__version__, "config": os.path.relpath(args.config, ROOT),
+        **environment("cost_estimate"), "config": os.path.relpath(args.config, ROOT),
         "model": spec, "train": train, "profiles": args.profiles, "ops": len(ops), "layers": len(budgets),
         "spearman": spearman(measured, estimated),
         "spearman_matmuls": spearman([p["micros"] for p in ops if p["flops"] > 0],

@@ -20,7 +20,6 @@ most the frontier's time at its peak (a point with less peak than full is judged
 """
 import argparse
 import copy
-import json
 import os
 import statistics
 import sys
@@ -162,7 +161,7 @@ def main(argv=None):
             if "frontier_step_ms" in row else ""
         log(f"{name:14s} step {row['step_ms']:7.1f} ms ({row['step_vs_off']:.2f}x off)  peak "
             f"{row['peak_bytes'] / 2**20:6.2f} MiB ({row['peak_vs_off']:.2f}x off){extra}")
-    out = {**environment("main_job_frontier"), "threads": 1,
+    out = {**environment("main_job_frontier"),
            "clock": "time.thread_time (CPU time of the one thread)", "config": os.path.relpath(CONFIG, ROOT),
            "model": {"layers": spec["num_layers"], "hidden": spec["hidden_size"],
                      "experts": spec["num_experts"], "top_k": spec["num_experts_per_tok"],

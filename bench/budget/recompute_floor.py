@@ -13,9 +13,7 @@ shared machine, where wall time is not. Modes interleaved, the order rotated eac
     GLIBC_TUNABLES=... .venv/bin/python -m bench.budget.recompute_floor [--reps 30] [--out PATH]
 """
 import argparse
-import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -161,8 +159,7 @@ def main(argv=None):
     order = list(modes)
     interleave(order, step, times, args.reps)
     rows = summarize(order, times, stats, budgets)
-    out = {**environment("recompute_floor"), "threads": 1, "clock": "time.thread_time (CPU time of the one thread)",
-           "reps": args.reps,
+    out = {**environment("recompute_floor"), "clock": "time.thread_time (CPU time of the one thread)", "reps": args.reps,
            "layer": {"hidden": hidden, "seq": seq, "batch": batch, "experts": spec["num_experts"],
                      "top_k": spec["num_experts_per_tok"]},
            "rows": rows}

@@ -13,7 +13,7 @@ module imports only the standard library: bench.report (the docs' figures) runs 
 Note [One environment header]
 -----------------------------
 Every benchmark JSON starts with the same keys, each spelled one way: "benchmark" (the name), "commit" (git's short
-hash, or $HPAC_COMMIT, or null), "torch", "hpac" (libhpac's version, null where hpac is not loaded), "python",
+hash, or $HPAC_COMMIT, or null), "torch", "hpac" (libhpac's version, null where hpac is not loaded), "python", "transformers" (null where not imported),
 "threads" (torch's intra-op threads in the measuring process), "cpus", "machine", "glibc_tunables" (the variable,
 null when unset), "load_average_at_start", and at every save "load_average_at_end" and "wall_s". A benchmark adds
 its own keys after them. The reports read the header through bench.common.report.machine(), which also reads the
@@ -47,10 +47,10 @@ def commit():
 
 def environment(name):
     """The header of Note [One environment header] for benchmark `name`, measured now."""
-    hpac = sys.modules.get("hpac")
-    torch = sys.modules.get("torch")
+    hpac, torch, transformers = (sys.modules.get(m) for m in ("hpac", "torch", "transformers"))
     return {"benchmark": name, "commit": commit(), "torch": torch.__version__ if torch else None,
             "hpac": hpac.version() if hpac else None, "python": platform.python_version(),
+            "transformers": transformers.__version__ if transformers else None,
             "threads": torch.get_num_threads() if torch else None, "cpus": os.cpu_count(),
             "machine": platform.machine(), "glibc_tunables": os.environ.get("GLIBC_TUNABLES") or None,
             "load_average_at_start": os.getloadavg()[0]}

@@ -22,7 +22,6 @@ alongside). The largest |dgrad| of each method against eager off of the same ste
     .venv/bin/python -m bench.peers.compile_compare [--models qwen3_moe,qwen3_moe_wide] [--steps 4]
 """
 import argparse
-import json
 import os
 import statistics
 import sys

@@ -20,7 +20,6 @@ import contextlib
 import json
 import os
 import statistics
-import sys
 import time
 
 import torch

@@ -43,7 +43,6 @@ Run (about 30 s on 2 idle cores) with the glibc settings the other benchmarks us
 import argparse
 import contextlib
 import gc
-import json
 import os
 from statistics import median
 import sys
@@ -320,7 +319,8 @@ def main():
     ref = last["off"]["grads"]
     per_op, ratios = summarize(times, ops)
     result = {
-        **environment("policy_fn_overhead"), "command": " ".join(["bench/peers/policy_fn_overhead.py"] + sys.argv[1:]),
+        **environment("policy_fn_overhead"),
+        "command": " ".join(["python -m bench.peers.policy_fn_overhead"] + sys.argv[1:]),
         "hpac_dispatch_key": hpac.dispatch_key(),
         "region": {"iters": a.iters, "body": "h = mm(h, w); h = h * 0.5; h = h + x", "shape": [8, 8],
                    "dtype": "float32", "device": "cpu", "policy_fn": "MUST_SAVE for aten.mm.default, "

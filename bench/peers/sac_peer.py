@@ -27,7 +27,6 @@ handing memory back to the OS between steps (otherwise page faults add noise to 
     HPAC_LIBRARY=build/plugin/libhpac.so .venv/bin/python -m bench.peers.sac_peer
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -217,7 +216,7 @@ def main():
     for i, (attention, seq) in enumerate(shapes):
         steps.append(bench_steps(a, attention, seq, started + a.budget_s * (i + 1) / len(shapes)))
     result = {
-        **environment("sac_peer"), "command": " ".join(["bench/peers/sac_peer.py"] + sys.argv[1:]),
+        **environment("sac_peer"), "command": " ".join(["python -m bench.peers.sac_peer"] + sys.argv[1:]),
         "hpac_dispatch_key": hpac.dispatch_key(),
         "model": {"layers": a.layers, "hidden": a.hidden, "heads": a.heads, "experts": a.experts, "inter": a.inter,
                   "top_k": a.top_k, "batch": a.batch, "dtype": "float32", "device": "cpu"},

@@ -35,7 +35,6 @@ import argparse
 import copy
 import warnings
 import gc
-import json
 import os
 import statistics
 import sys

@@ -411,8 +411,8 @@ def main(argv=None):
     os.makedirs(a.out, exist_ok=True)
     started = time.perf_counter()
     log = lambda msg: print(f"[gpu_check {time.perf_counter() - started:.0f}s] {msg}", flush=True)  # noqa: E731
-    import transformers
-    data = {**environment("gpu_check"), "transformers": transformers.__version__, "cuda": torch.version.cuda, "device": a.device,
+    import transformers  # noqa: F401 (the header names its version)
+    data = {**environment("gpu_check"), "cuda": torch.version.cuda, "device": a.device,
             "device_name": torch.cuda.get_device_name(0) if a.device.startswith("cuda") else "cpu",
             "dtype": a.dtype, "dry_run": a.dry_run, "finished": False, "sections": {}}
     path = os.path.join(a.out, "gpu_check.json")

@@ -14,16 +14,13 @@ embedding and head of 311M parameters each, the same in every mode). Losses of f
 off (max |dloss|) in the same run.
 """
 import argparse
-import json
 import os
-import sys
 import time
 import warnings
 
 import torch
 
 from bench.common import RESULTS, environment, write_json
-
 
 
 def report(path):
@@ -97,7 +94,8 @@ def main():
               f"{r['kept_after_forward_bytes'] / 2**20:8.1f} MiB ({r['kept_vs_off']:.2f}x)  step "
               f"{r['step_time_s']:.2f} s ({r['time_vs_off']:.2f}x)  route {r['route']}  max|dloss| "
               f"{r['max_dloss_vs_off']:.3g}")
-    result = {**environment("hf_qwen3_30b_layer"), "transformers": transformers.__version__, "args": {k: v for k, v in vars(args).items() if k not in ("out", "report")}, "model": spec, "rows": rows}
+    result = {**environment("hf_qwen3_30b_layer"), "model": spec, "rows": rows,
+              "args": {k: v for k, v in vars(args).items() if k not in ("out", "report")}}
     write_json(args.out, result)
     print(f"wrote {args.out}")
 

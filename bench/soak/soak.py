@@ -277,9 +277,8 @@ def main():
     import torch
     started = time.perf_counter()
     log = lambda msg: print(f"[soak {time.perf_counter() - started:.0f}s] {msg}", flush=True)
-    data = {**environment("soak"), "omp_num_threads": os.environ.get("OMP_NUM_THREADS") or "(unset)", "warmup": args.warmup,
-            "config": os.path.relpath(args.config, ROOT),
-            "runs": {}}
+    data = {**environment("soak"), "omp_num_threads": os.environ.get("OMP_NUM_THREADS") or "(unset)",
+            "warmup": args.warmup, "config": os.path.relpath(args.config, ROOT), "runs": {}}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
 
     def save():
