@@ -13,11 +13,12 @@ module imports only the standard library: bench.report (the docs' figures) runs 
 Note [One environment header]
 -----------------------------
 Every benchmark JSON starts with the same keys, each spelled one way: "benchmark" (the name), "commit" (git's short
-hash, or $HPAC_COMMIT, or null), "torch", "hpac" (libhpac's version, null where hpac is not loaded), "python", "transformers" (null where not imported),
-"threads" (torch's intra-op threads in the measuring process), "cpus", "machine", "glibc_tunables" (the variable,
-null when unset), "load_average_at_start", and at every save "load_average_at_end" and "wall_s". A benchmark adds
-its own keys after them. The reports read the header through bench.common.report.machine(), which also reads the
-older JSONs' spellings ("" or "(unset)" for an unset GLIBC_TUNABLES).
+hash, or $HPAC_COMMIT, or null), "torch", "hpac" (libhpac's version, null where hpac is not loaded), "python",
+"transformers" (null where not imported), "threads" (torch's intra-op threads in the measuring process), "cpus",
+"machine", "glibc_tunables" (the variable, null when unset), "load_average_at_start", and at every save
+"load_average_at_end" and "wall_s". A benchmark adds its own keys after them. The reports read the header through
+bench.common.report (machine(), tunables()), which also read the older JSONs' spellings ("" or "(unset)" for an
+unset GLIBC_TUNABLES).
 """
 import json
 import os
