@@ -3,10 +3,14 @@
 // policy/, counting, storage and serving in replay/Invocation; this file only
 // sequences them.
 //
-// The fallback is only reachable while a RegionGuard has put the key into the
-// thread's TLS include set, so "no region" means "never called". The one
-// exception is a tensor that carries the key itself (another user of the key);
-// such ops are passed below the key untouched.
+// The fallback is reachable while a RegionGuard has put the key into the
+// thread's TLS include set, so outside a region it is not called, with two
+// exceptions: a tensor that carries the key itself (another user of the key),
+// whose ops pass below the key untouched; and hpac.plan's steps on the meta
+// device, during which setMetaOpsInRegions keeps the key in the planning
+// thread's include set so that every meta op's outputs count without raising a
+// peak (Note [A meta op holds its outputs]); hpac.plan turns it off again when
+// its steps end, even when they raise.
 #include "plugin/fallback.h"
 
 #include "replay/tracking_allocator.h"

@@ -4,7 +4,9 @@
 #include "policy/budget_policy.h"
 #include "policy/policy_kind.h"
 #include "policy/step_plan.h"
-#include "policy/step_target.h"
+#include "policy/byte_size.h"
+#include "policy/step_driver.h"
+#include "policy/step_record.h"
 #include "policy/traced_policy.h"
 #include "replay/dispatch_key.h"
 #include "replay/explain.h"
@@ -20,8 +22,11 @@
 #endif
 
 #include <algorithm>
+#include <limits>
+#include <map>
 #include <memory>
 #include <thread>
+#include <vector>
 
 namespace hpac {
 namespace {
@@ -214,8 +219,8 @@ class BudgetRegionHandle : public torch::CustomClassHolder {
     for (const BudgetRegion::Candidate& c : region_->candidates(budgets)) {
       std::get<0>(out).push_back(c.budget_bytes);
       std::get<1>(out).push_back(c.kept_bytes);
-      std::get<2>(out).push_back(c.unread_bytes);
-      std::get<3>(out).push_back(c.micros);
+      std::get<2>(out).push_back(c.backward_bytes);
+      std::get<3>(out).push_back(c.recompute_micros);
       std::get<4>(out).push_back(c.forward_bytes);
     }
     return out;
@@ -260,124 +265,75 @@ class BudgetRegionHandle : public torch::CustomClassHolder {
   std::shared_ptr<BudgetRegion> region_;
 };
 
-// A whole-step memory target seen from Python (plugin/python/hpac/_target.py drives it; policy/step_target.h).
-// Layers are added one by one (add_layer: a name and its BudgetRegion), then the first call makes the target.
-class StepTargetHandle : public torch::CustomClassHolder {
+// A whole-step memory target seen from Python: policy/step_driver.h, whose calls plugin/python/hpac/_target.py's
+// hooks make with its meter's numbers. Layers are added one by one (add_layer: a name and its BudgetRegion), then
+// the first call makes the driver.
+class StepDriverHandle : public torch::CustomClassHolder {
  public:
-  using Messages = std::tuple<std::vector<int64_t>, std::vector<std::string>>;  // (warning 0/1, text) per message
-  using Bases = std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>>;
-  using Candidates = std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
-                                std::vector<double>, std::vector<int64_t>, std::vector<int64_t>>;
+  using Messages = std::vector<std::tuple<bool, std::string>>;  // (warning, text) per message
 
-  StepTargetHandle(int64_t target_bytes, int64_t params_bytes, int64_t grads_bytes)
-      : target_bytes_(target_bytes), params_bytes_(params_bytes), grads_bytes_(grads_bytes) {
-    TORCH_CHECK(target_bytes > 0, "hpac memory target: ", target_bytes, " bytes; allowed: > 0");
+  // measure_only: the events and history without a plan (target_bytes is then ignored).
+  StepDriverHandle(int64_t target_bytes, int64_t params_bytes, int64_t grads_bytes, bool measure_only)
+      : target_bytes_(measure_only ? std::numeric_limits<int64_t>::max() / 4 : target_bytes),
+        params_bytes_(params_bytes), grads_bytes_(grads_bytes), measure_only_(measure_only) {
+    TORCH_CHECK(target_bytes_ > 0, "hpac memory target: ", target_bytes, " bytes; allowed: > 0");
   }
   void addLayer(const std::string& name, const c10::intrusive_ptr<BudgetRegionHandle>& region) {
-    TORCH_CHECK(!target_, "hpac memory target: add_layer after the target started");
+    TORCH_CHECK(!driver_, "hpac memory target: add_layer after the target started");
     names_.push_back(name);
     regions_.push_back(region->region());
   }
 
-  void record(const std::string& what, int64_t layers_kept, int64_t layer, int64_t peak) {
-    t().record(StepEventKey{what, layers_kept, layer}, peak);
+  Messages stepBegins(int64_t peak, int64_t live, int64_t fragmentation) {
+    return messages(d().stepBegins(peak, live, fragmentation));
   }
-  Messages finishStep(int64_t fragmentation) { return messages(t().finishStep(fragmentation)); }
-  void startStep(int64_t live) { t().startStep(live); }
-  void layerCalled(int64_t i) { t().layerCalled(i); }
-  bool wantsFirstPlan() { return t().wantsFirstPlan(); }
-  bool regionsReady() { return t().regionsReady(); }
-  void prepareFirstPlan() { t().prepareFirstPlan(); }
-  Messages plan(const std::string& why) { return messages(t().plan(why)); }
-  bool needsReplan() { return t().needsReplan(); }
-  std::string error() { return t().error(); }
-  int64_t plannedAt() { return t().plannedAt(); }
-  std::vector<int64_t> checkpointed() {
-    std::vector<int64_t> out;
-    for (const StepLayerPlan& p : t().layerPlans()) out.push_back(p.checkpointed);
-    return out;
+  Messages beforeLayers(int64_t peak) { return messages(d().beforeLayers(peak)); }
+  void forwardBegins(int64_t i, int64_t peak) { d().forwardBegins(i, peak); }
+  void forwardEnds(int64_t i, int64_t peak) { d().forwardEnds(i, peak); }
+  void backwardBegins(int64_t i, int64_t peak) { d().backwardBegins(i, peak); }
+  void restBegins(int64_t peak) { d().restBegins(peak); }
+  Messages stepEnds(int64_t peak, int64_t fragmentation) { return messages(d().stepEnds(peak, fragmentation)); }
+  void watchOptimizer() { d().watchOptimizer(); }
+  std::string state() { return d().state(); }
+  void merge(const std::vector<std::string>& states) { d().merge(states); }
+  // (kind token, layer) of the event open now (policy/step_target.h's StepEventKind); ("", -1) when none.
+  std::tuple<std::string, int64_t> openEvent() {
+    const auto& e = d().openEvent();
+    if (!e) return {"", -1};
+    return {stepEventKindToken(e->kind), e->index};
   }
-  std::string reportJson() { return t().reportJson(); }
-  std::tuple<std::vector<int64_t>, std::vector<double>> uniformPlans() {
-    std::tuple<std::vector<int64_t>, std::vector<double>> out;
-    for (const auto& [peak, micros] : t().uniformPlans()) {
-      std::get<0>(out).push_back(peak);
-      std::get<1>(out).push_back(micros);
+  bool checkpointed(int64_t i) { return d().checkpointed(i); }
+  std::string error() { return d().error(); }
+  int64_t plannedAt() { return d().target().plannedAt(); }
+  std::string reportJson() { return d().target().reportJson(); }
+  // Per uniform plan k (StepTarget::uniformPlans): (predicted peak, µs, layer 0's budget bytes).
+  std::vector<std::tuple<int64_t, double, int64_t>> uniformPlans() {
+    std::vector<std::tuple<int64_t, double, int64_t>> out;
+    const auto& candidates = d().target().candidates();
+    for (const auto& [peak, micros] : d().target().uniformPlans()) {
+      out.emplace_back(peak, micros, candidates.at(0).at(out.size()).budget_bytes);
     }
     return out;
-  }
-  Bases bases() {
-    Bases out;
-    for (const auto& [e, b] : t().bases()) {
-      std::get<0>(out).push_back(e.what);
-      std::get<1>(out).push_back(e.layers_kept);
-      std::get<2>(out).push_back(e.layer);
-      std::get<3>(out).push_back(b);
-    }
-    return out;
-  }
-  int64_t margin() { return t().margin(); }
-  void setMargin(int64_t margin) { t().setMargin(margin); }
-  void setBases(const std::vector<std::string>& what, const std::vector<int64_t>& kept, const std::vector<int64_t>& layer,
-                const std::vector<int64_t>& bytes) {
-    TORCH_CHECK(what.size() == kept.size() && what.size() == layer.size() && what.size() == bytes.size(),
-                "hpac memory target: set_bases takes four lists of one length");
-    std::map<StepEventKey, int64_t> b;
-    for (size_t i = 0; i < what.size(); ++i) b[StepEventKey{what[i], kept[i], layer[i]}] = bytes[i];
-    t().setBases(std::move(b));
-  }
-  Candidates candidates() {
-    Candidates out;
-    for (const auto& layer : t().candidates()) {
-      std::get<0>(out).push_back(static_cast<int64_t>(layer.size()));
-      for (const StepCandidate& c : layer) {
-        std::get<1>(out).push_back(c.budget_bytes);
-        std::get<2>(out).push_back(c.kept_bytes);
-        std::get<3>(out).push_back(c.backward_bytes);
-        std::get<4>(out).push_back(c.micros);
-        std::get<5>(out).push_back(c.checkpointed);
-        std::get<6>(out).push_back(c.forward_bytes);
-      }
-    }
-    return out;
-  }
-  void setCandidates(const std::vector<int64_t>& counts, const std::vector<int64_t>& budget,
-                     const std::vector<int64_t>& kept, const std::vector<int64_t>& backward,
-                     const std::vector<double>& micros, const std::vector<int64_t>& checkpointed,
-                     const std::vector<int64_t>& forward) {
-    std::vector<std::vector<StepCandidate>> all;
-    size_t next = 0;
-    for (int64_t n : counts) {
-      TORCH_CHECK(n >= 0 && next + n <= budget.size() && budget.size() == kept.size() && kept.size() == backward.size() &&
-                      kept.size() == micros.size() && kept.size() == checkpointed.size() &&
-                      kept.size() == forward.size(),
-                  "hpac memory target: set_candidates: counts ask for more candidates than given");
-      all.emplace_back();
-      for (int64_t k = 0; k < n; ++k, ++next) {
-        all.back().push_back(StepCandidate{budget[next], kept[next], backward[next], micros[next],
-                                           checkpointed[next] != 0, forward[next]});
-      }
-    }
-    t().setCandidates(std::move(all));
   }
 
  private:
-  StepTarget& t() {
-    if (!target_) target_ = std::make_unique<StepTarget>(target_bytes_, names_, regions_, params_bytes_, grads_bytes_);
-    return *target_;
+  StepDriver& d() {
+    if (!driver_) {
+      driver_ = std::make_unique<StepDriver>(
+          std::make_unique<StepTarget>(target_bytes_, names_, regions_, params_bytes_, grads_bytes_), measure_only_);
+    }
+    return *driver_;
   }
   static Messages messages(const std::vector<StepMessage>& in) {
     Messages out;
-    for (const StepMessage& m : in) {
-      std::get<0>(out).push_back(m.warning);
-      std::get<1>(out).push_back(m.text);
-    }
+    for (const StepMessage& m : in) out.emplace_back(m.warning, m.text);
     return out;
   }
   const int64_t target_bytes_, params_bytes_, grads_bytes_;
+  const bool measure_only_;
   std::vector<std::string> names_;
   std::vector<std::shared_ptr<BudgetRegion>> regions_;
-  std::unique_ptr<StepTarget> target_;
+  std::unique_ptr<StepDriver> driver_;
 };
 
 // One checkpoint region that torch.compile traces (hpac's compiled path,
@@ -452,6 +408,11 @@ class ExplainHandle : public torch::CustomClassHolder {
 };
 
 // What this libhpac is and where its fallback stands; the process-wide invocation statistics.
+std::vector<std::map<c10::DeviceType, Roofline>>& savedRooflines() {
+  static std::vector<std::map<c10::DeviceType, Roofline>> saved;
+  return saved;
+}
+
 void registerLibraryOps(torch::Library& m) {
   m.def("version() -> str", [] { return std::string(version()); });
   m.def("library_path() -> str", [] { return libraryPath(); });
@@ -463,6 +424,19 @@ void registerLibraryOps(torch::Library& m) {
   });
   m.def("global_stats() -> Dict(str, int)", [] { return toDict(globalStats()); });
   m.def("reset_global_stats() -> ()", [] { resetGlobalStats(); });
+  // Note [One size grammar] (policy/byte_size.h): the memory target's size and the one byte formatter.
+  m.def("parse_memory_target(str text) -> int", [](const std::string& text) {
+    std::string error;
+    const int64_t bytes = parseMemoryTarget(text, &error);
+    TORCH_CHECK(bytes > 0, error);
+    return bytes;
+  });
+  m.def("format_bytes(int bytes) -> str", [](int64_t bytes) { return formatBytes(bytes); });
+  // Note [The step record's format] (policy/step_record.h): a plan file read (version 1 converted) and written in
+  // version 2, or refused naming `source`, the key and what is allowed.
+  m.def("read_step_record(str text, str source) -> str", [](const std::string& text, const std::string& source) {
+    return stepRecordJson(readStepRecord(text, source));
+  });
 }
 
 struct StepProblem {
@@ -497,111 +471,159 @@ StepProblem stepProblem(const std::vector<int64_t>& counts, const std::vector<in
   return p;
 }
 
-// The budget's cost model and planner: a device's roofline (the front ends measure it before a region) and the
-// additive planner (tests and benchmarks).
+// The planner's ops, one kernel each (registered by registerPlannerOps below).
+
+// Note [Estimated op costs]: the roofline a device type's estimates use (measured on first use, or pinned).
+std::vector<double> rooflineOp(const std::string& device) {
+  const Roofline& r = deviceRoofline(c10::Device(device));
+  return std::vector<double>{r.flops_per_us, r.bytes_per_us};
+}
+
+#if HPAC_TORCH_AT_LEAST(2, 5)
+// What sdp_choice asks about in place of a query, key or value: zeros of its shape with batch 1 and four positions.
+at::Tensor sdpStandIn(std::vector<int64_t> shape, c10::ScalarType dtype) {
+  TORCH_CHECK(shape.size() >= 2, "hpac.sdp_choice: a query, key or value of ", shape.size(), " dims");
+  shape[0] = 1;
+  shape[shape.size() - 2] = 4;
+  return at::zeros(shape, at::TensorOptions().dtype(dtype));
+}
+
+// ... and in place of a mask of `dims` dims: zeros of size 1 in each, but four positions by four in the last two.
+at::Tensor sdpMaskStandIn(size_t dims, c10::ScalarType dtype) {
+  std::vector<int64_t> shape(dims, 1);
+  if (shape.size() >= 2) shape[shape.size() - 1] = shape[shape.size() - 2] = 4;
+  return at::zeros(shape, at::TensorOptions().dtype(dtype));
+}
+#endif
+
+// Note [Attention on meta as on CPU] (plugin/python/hpac/_plan.py): the kernel CPU's scaled_dot_product_attention
+// picks for these shapes and flags, asked with stand-ins of four positions outside any region (hpac's key hidden;
+// an ignored op of the region, policy/op_tables.cpp). -1 before torch 2.5 (no enable_gqa).
+int64_t sdpChoiceOp(std::vector<int64_t> q, std::vector<int64_t> k, std::vector<int64_t> v, c10::ScalarType dtype,
+                    c10::optional<std::vector<int64_t>> mask, c10::optional<c10::ScalarType> mask_dtype,
+                    double dropout_p, bool is_causal, c10::optional<double> scale,
+                    bool enable_gqa) {  // c10::optional: torch 1.13
+#if HPAC_TORCH_AT_LEAST(2, 5)
+  c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
+  std::optional<at::Tensor> m_in;
+  if (mask) m_in = sdpMaskStandIn(mask->size(), mask_dtype.value_or(dtype));
+  return at::_fused_sdp_choice(sdpStandIn(q, dtype), sdpStandIn(k, dtype), sdpStandIn(v, dtype), m_in, dropout_p,
+                               is_causal, scale, enable_gqa);
+#else
+  return -1;
+#endif
+}
+
+// The scalar type c10 names `name` ("Float", "BFloat16", "Half", ...), or none.
+c10::optional<c10::ScalarType> scalarTypeNamed(const std::string& name) {
+  for (int k = 0; k < static_cast<int>(c10::ScalarType::NumOptions); ++k) {
+    const auto type = static_cast<c10::ScalarType>(k);
+    if (name == c10::toString(type)) return type;
+  }
+  return c10::nullopt;
+}
+
+// Note [A device that is not here]: a device spec's rates for a device type (hpac.plan sets the meta device's);
+// dtypes by c10's names ("BFloat16", "Float", "Half", ...).
+void setRooflineOp(const std::string& device, double flops, double bytes, const std::vector<std::string>& dtypes,
+                   const std::vector<double>& dtype_flops) {
+  TORCH_CHECK(dtypes.size() == dtype_flops.size(), "hpac.set_roofline: ", dtypes.size(), " dtypes but ",
+              dtype_flops.size(), " rates");
+  Roofline r;
+  r.flops_per_us = flops;
+  r.bytes_per_us = bytes;
+  for (size_t i = 0; i < dtypes.size(); ++i) {
+    const c10::optional<c10::ScalarType> type = scalarTypeNamed(dtypes[i]);
+    TORCH_CHECK(type.has_value(), "hpac.set_roofline: dtype '", dtypes[i], "' is not one of c10's scalar types "
+                "(allowed: 'Float', 'BFloat16', 'Half', ...)");
+    r.flops_per_us_by_dtype[*type] = dtype_flops[i];
+  }
+  setRoofline(c10::Device(device).type(), std::move(r));
+}
+
+// A profile given to plan_budget as lists: per op its storages (storage_counts[i] of the flat (id, bytes) lists),
+// µs, view and collective flags (0/1).
+std::vector<ProfiledOp> profiledOps(const std::vector<int64_t>& counts, const std::vector<int64_t>& ids,
+                                    const std::vector<int64_t>& bytes, const std::vector<double>& micros,
+                                    const std::vector<int64_t>& view, const std::vector<int64_t>& collective) {
+  const size_t n = counts.size();
+  TORCH_CHECK(micros.size() == n && view.size() == n && collective.size() == n && ids.size() == bytes.size(),
+              "hpac.plan_budget: ", n, " ops but ", micros.size(), " micros, ", view.size(), " view and ",
+              collective.size(), " collective flags; ", ids.size(), " storage ids but ", bytes.size(), " sizes");
+  std::vector<ProfiledOp> ops(n);
+  size_t next = 0;
+  for (size_t i = 0; i < n; ++i) {
+    TORCH_CHECK(counts[i] >= 0 && next + counts[i] <= ids.size(), "hpac.plan_budget: storage_counts ask for ",
+                "more storages than the ", ids.size(), " given");
+    for (int64_t k = 0; k < counts[i]; ++k, ++next) ops[i].storages.emplace_back(ids[next], bytes[next]);
+    ops[i].micros = micros[i];
+    ops[i].view = view[i] != 0;
+    ops[i].collective = collective[i] != 0;
+  }
+  return ops;
+}
+
+// Note [An exact oracle for the planner]: the additive planner (no dataflow) on a profile given as lists
+// (profiledOps). Returns the plan's save flags per op and the groups (as BudgetRegion.groups), for tests and
+// benchmarks.
+auto planBudgetOp(const std::vector<int64_t>& counts, const std::vector<int64_t>& ids,
+                  const std::vector<int64_t>& bytes, const std::vector<double>& micros,
+                  const std::vector<int64_t>& view, const std::vector<int64_t>& collective, int64_t budget_bytes) {
+  const std::vector<ProfiledOp> ops = profiledOps(counts, ids, bytes, micros, view, collective);
+  const BudgetPlan plan = planBudget(ops, budget_bytes);
+  const auto [group_of, group_bytes, group_micros, group_collective] =
+      BudgetRegionHandle::groupsTuple(planGroups(ops));
+  return std::make_tuple(std::vector<int64_t>(plan.save.begin(), plan.save.end()), group_of, group_bytes,
+                         group_micros, group_collective);
+}
+
+// Note [An exact step plan] (policy/step_plan.h): the whole-step planner on candidates given as flat lists (layer j
+// has counts[j] of them, in order) and events (base bytes, layers kept, own layer or -1, as stepEvent() reads
+// them). Returns (choice per layer, predicted peak, the event setting it, summed µs, fits, exact, largest front).
+auto planStepOp(const std::vector<int64_t>& counts, const std::vector<int64_t>& kept,
+                const std::vector<int64_t>& backward, const std::vector<double>& micros,
+                const std::vector<int64_t>& forward, const std::vector<int64_t>& event_base,
+                const std::vector<int64_t>& event_kept, const std::vector<int64_t>& event_layer,
+                int64_t target_bytes) {
+  const StepProblem p = stepProblem(counts, kept, backward, micros, forward, event_base, event_kept, event_layer);
+  const StepPlan plan = planStep(p.layers, p.events, target_bytes);
+  return std::make_tuple(plan.choice, plan.peak_bytes, plan.peak_event, plan.recompute_micros, plan.fits, plan.exact,
+                         plan.front_states);
+}
+
+// The budget's cost model and planner: a device's roofline (the front ends measure it before a region, hpac.plan
+// pins a device spec's), the attention kernel CPU picks (hpac.plan's meta steps), and the additive and whole-step
+// planners as oracles (tests and benchmarks).
 void registerPlannerOps(torch::Library& m) {
-  // Note [Estimated op costs]: the roofline a device type's estimates use (measured on first use, or pinned).
-  m.def("roofline(str device) -> float[]", [](const std::string& device) {
-    const Roofline& r = deviceRoofline(c10::Device(device));
-    return std::vector<double>{r.flops_per_us, r.bytes_per_us};
-  });
-  // Note [Attention on meta as on CPU] (plugin/python/hpac/_plan.py): the kernel CPU's scaled_dot_product_attention
-  // picks for these shapes and flags, asked with stand-ins of four positions outside any region (hpac's key hidden;
-  // an ignored op of the region, policy/op_tables.cpp). -1 before torch 2.5 (no enable_gqa).
+  m.def("roofline(str device) -> float[]", &rooflineOp);
   m.def("sdp_choice(int[] q, int[] k, int[] v, ScalarType dtype, int[]? mask, ScalarType? mask_dtype, "
         "float dropout_p, bool is_causal, float? scale, bool enable_gqa) -> int",
-        [](std::vector<int64_t> q, std::vector<int64_t> k, std::vector<int64_t> v, c10::ScalarType dtype,
-           c10::optional<std::vector<int64_t>> mask, c10::optional<c10::ScalarType> mask_dtype, double dropout_p,
-           bool is_causal, c10::optional<double> scale, bool enable_gqa) -> int64_t {  // c10::optional: torch 1.13
-#if HPAC_TORCH_AT_LEAST(2, 5)
-          c10::impl::ExcludeDispatchKeyGuard hide(dispatchKey());
-          auto stand_in = [&](std::vector<int64_t> shape) {
-            TORCH_CHECK(shape.size() >= 2, "hpac.sdp_choice: a query, key or value of ", shape.size(), " dims");
-            shape[0] = 1;
-            shape[shape.size() - 2] = 4;
-            return at::zeros(shape, at::TensorOptions().dtype(dtype));
-          };
-          std::optional<at::Tensor> m_in;
-          if (mask) {
-            std::vector<int64_t> shape(mask->size(), 1);
-            if (shape.size() >= 2) shape[shape.size() - 1] = shape[shape.size() - 2] = 4;
-            m_in = at::zeros(shape, at::TensorOptions().dtype(mask_dtype.value_or(dtype)));
-          }
-          return at::_fused_sdp_choice(stand_in(q), stand_in(k), stand_in(v), m_in, dropout_p, is_causal, scale,
-                                       enable_gqa);
-#else
-          return -1;
-#endif
-        });
-  // Note [A device that is not here]: a device spec's rates for a device type (hpac.plan sets the meta device's);
-  // dtypes by c10's names ("BFloat16", "Float", "Half", ...).
+        &sdpChoiceOp);
   m.def("set_roofline(str device, float flops_per_us, float bytes_per_us, str[] dtypes, float[] dtype_flops_per_us) "
         "-> ()",
-        [](const std::string& device, double flops, double bytes, const std::vector<std::string>& dtypes,
-           const std::vector<double>& dtype_flops) {
-          TORCH_CHECK(dtypes.size() == dtype_flops.size(), "hpac.set_roofline: ", dtypes.size(), " dtypes but ",
-                      dtype_flops.size(), " rates");
-          Roofline r;
-          r.flops_per_us = flops;
-          r.bytes_per_us = bytes;
-          for (size_t i = 0; i < dtypes.size(); ++i) {
-            bool known = false;
-            for (int k = 0; k < static_cast<int>(c10::ScalarType::NumOptions) && !known; ++k) {
-              const auto type = static_cast<c10::ScalarType>(k);
-              if (dtypes[i] == c10::toString(type)) {
-                r.flops_per_us_by_dtype[type] = dtype_flops[i];
-                known = true;
-              }
-            }
-            TORCH_CHECK(known, "hpac.set_roofline: dtype '", dtypes[i], "' is not one of c10's scalar types "
-                        "(allowed: 'Float', 'BFloat16', 'Half', ...)");
-          }
-          setRoofline(c10::Device(device).type(), std::move(r));
-        });
-  // Note [An exact oracle for the planner]: the additive planner (no dataflow) on a profile given as lists, per op
-  // its storages (storage_counts[i] of the flat (id, bytes) lists), µs, view and collective flags (0/1). Returns
-  // the plan's save flags per op and the groups (as BudgetRegion.groups), for tests and benchmarks.
+        &setRooflineOp);
   m.def("plan_budget(int[] storage_counts, int[] storage_ids, int[] storage_bytes, float[] micros, int[] view, "
         "int[] collective, int budget_bytes) -> (int[], int[], int[], float[], int[])",
-        [](const std::vector<int64_t>& counts, const std::vector<int64_t>& ids, const std::vector<int64_t>& bytes,
-           const std::vector<double>& micros, const std::vector<int64_t>& view, const std::vector<int64_t>& collective,
-           int64_t budget_bytes) {
-          const size_t n = counts.size();
-          TORCH_CHECK(micros.size() == n && view.size() == n && collective.size() == n && ids.size() == bytes.size(),
-                      "hpac.plan_budget: ", n, " ops but ", micros.size(), " micros, ", view.size(), " view and ",
-                      collective.size(), " collective flags; ", ids.size(), " storage ids but ", bytes.size(),
-                      " sizes");
-          std::vector<ProfiledOp> ops(n);
-          size_t next = 0;
-          for (size_t i = 0; i < n; ++i) {
-            TORCH_CHECK(counts[i] >= 0 && next + counts[i] <= ids.size(), "hpac.plan_budget: storage_counts ask for ",
-                        "more storages than the ", ids.size(), " given");
-            for (int64_t k = 0; k < counts[i]; ++k, ++next) ops[i].storages.emplace_back(ids[next], bytes[next]);
-            ops[i].micros = micros[i];
-            ops[i].view = view[i] != 0;
-            ops[i].collective = collective[i] != 0;
-          }
-          const BudgetPlan plan = planBudget(ops, budget_bytes);
-          const auto [group_of, group_bytes, group_micros, group_collective] =
-              BudgetRegionHandle::groupsTuple(planGroups(ops));
-          return std::make_tuple(std::vector<int64_t>(plan.save.begin(), plan.save.end()), group_of, group_bytes,
-                                 group_micros, group_collective);
-        });
-  // Note [An exact step plan] (policy/step_plan.h): the whole-step planner on candidates given as flat lists (layer j
-  // has counts[j] of them, in order) and events (base bytes, layers kept, own layer or -1, as stepEvent() reads
-  // them). Returns (choice per layer, predicted peak, the event setting it, summed µs, fits, exact, largest front).
+        &planBudgetOp);
   m.def("plan_step(int[] counts, int[] kept, int[] backward, float[] micros, int[] forward, int[] event_base, "
         "int[] event_kept, int[] event_layer, int target_bytes) -> (int[], int, int, float, bool, bool, int)",
-        [](const std::vector<int64_t>& counts, const std::vector<int64_t>& kept, const std::vector<int64_t>& backward,
-           const std::vector<double>& micros, const std::vector<int64_t>& forward,
-           const std::vector<int64_t>& event_base, const std::vector<int64_t>& event_kept,
-           const std::vector<int64_t>& event_layer, int64_t target_bytes) {
-          const StepProblem p =
-              stepProblem(counts, kept, backward, micros, forward, event_base, event_kept, event_layer);
-          const StepPlan plan = planStep(p.layers, p.events, target_bytes);
-          return std::make_tuple(plan.choice, plan.peak_bytes, plan.peak_event, plan.micros, plan.fits, plan.exact,
-                                 plan.front_states);
-        });
+        &planStepOp);
+}
+
+// What hpac.plan changes for its meta steps and puts back (plugin/python/hpac/plan.py, _process_kept_as_found): the
+// rooflines, saved by number (each save is restored once, in reverse order).
+void registerPlanScopeOps(torch::Library& m) {
+  m.def("save_rooflines() -> int", [] {
+    savedRooflines().push_back(rooflinesNow());
+    return static_cast<int64_t>(savedRooflines().size());
+  });
+  m.def("restore_rooflines(int saved) -> ()", [](int64_t saved) {
+    auto& all = savedRooflines();
+    TORCH_CHECK(saved >= 1 && saved == static_cast<int64_t>(all.size()), "hpac.restore_rooflines(", saved, "): ",
+                all.size(), " saved; allowed: the last save_rooflines() not yet restored");
+    restoreRooflines(std::move(all.back()));
+    all.pop_back();
+  });
 }
 
 // Measurements: tensor memory of CPU tensors, and the fallback's entries on this thread.
@@ -622,7 +644,7 @@ void registerMeasurementOps(torch::Library& m) {
   m.def("take_event_peak() -> int", [] { return TrackingAllocator::instance().takeEventPeak(); });
   m.def("memory_tracked() -> bool", [] { return TrackingAllocator::installed(); });
   // Note [Meta tensors are counted]: meta tensors' bytes count in the same counters, for the rest of the process.
-  m.def("track_meta_memory() -> ()", [] { TrackingAllocator::trackMeta(); });
+  m.def("track_meta_memory(bool on=True) -> bool", [](bool on) { return TrackingAllocator::trackMeta(on); });
   // Note [Meta ops are not the region's] (plugin/fallback.cpp): hpac.plan's step on the meta device counts them.
   m.def("meta_ops_in_regions(bool on) -> bool", [](bool on) { return setMetaOpsInRegions(on); });
   m.def("meta_memory_tracked() -> bool", [] { return TrackingAllocator::metaTracked(); });
@@ -667,30 +689,25 @@ void registerClasses(torch::Library& m) {
       .def("candidates", &BudgetRegionHandle::candidates)
       .def("forward_bytes", &BudgetRegionHandle::forwardBytes)
       .def("replan", &BudgetRegionHandle::replan);
-  m.class_<StepTargetHandle>("StepTarget")
-      .def(torch::init<int64_t, int64_t, int64_t>())
-      .def("add_layer", &StepTargetHandle::addLayer)
-      .def("record", &StepTargetHandle::record)
-      .def("finish_step", &StepTargetHandle::finishStep)
-      .def("start_step", &StepTargetHandle::startStep)
-      .def("layer_called", &StepTargetHandle::layerCalled)
-      .def("wants_first_plan", &StepTargetHandle::wantsFirstPlan)
-      .def("regions_ready", &StepTargetHandle::regionsReady)
-      .def("prepare_first_plan", &StepTargetHandle::prepareFirstPlan)
-      .def("plan", &StepTargetHandle::plan)
-      .def("needs_replan", &StepTargetHandle::needsReplan)
-      .def("error", &StepTargetHandle::error)
-      .def("planned_at", &StepTargetHandle::plannedAt)
-      .def("checkpointed", &StepTargetHandle::checkpointed)
-      .def("report_json", &StepTargetHandle::reportJson)
-      .def("uniform_plans", &StepTargetHandle::uniformPlans)
-      .def("bases", &StepTargetHandle::bases)
-      .def("set_bases", &StepTargetHandle::setBases)
-      .def("candidates", &StepTargetHandle::candidates)
-      .def("set_candidates", &StepTargetHandle::setCandidates)
-      .def("margin", &StepTargetHandle::margin)
-      .def("set_margin", &StepTargetHandle::setMargin);
-
+  m.class_<StepDriverHandle>("StepDriver")
+      .def(torch::init<int64_t, int64_t, int64_t, bool>())
+      .def("add_layer", &StepDriverHandle::addLayer)
+      .def("step_begins", &StepDriverHandle::stepBegins)
+      .def("before_layers", &StepDriverHandle::beforeLayers)
+      .def("forward_begins", &StepDriverHandle::forwardBegins)
+      .def("forward_ends", &StepDriverHandle::forwardEnds)
+      .def("backward_begins", &StepDriverHandle::backwardBegins)
+      .def("rest_begins", &StepDriverHandle::restBegins)
+      .def("step_ends", &StepDriverHandle::stepEnds)
+      .def("watch_optimizer", &StepDriverHandle::watchOptimizer)
+      .def("state", &StepDriverHandle::state)
+      .def("merge", &StepDriverHandle::merge)
+      .def("open_event", &StepDriverHandle::openEvent)
+      .def("checkpointed", &StepDriverHandle::checkpointed)
+      .def("error", &StepDriverHandle::error)
+      .def("planned_at", &StepDriverHandle::plannedAt)
+      .def("report_json", &StepDriverHandle::reportJson)
+      .def("uniform_plans", &StepDriverHandle::uniformPlans);
   m.class_<TracedPolicyHandle>("TracedPolicy")
       .def(torch::init<std::string, std::vector<std::string>, bool, bool>())
       .def("decide", &TracedPolicyHandle::decide)
@@ -716,6 +733,7 @@ void registerHpacOps(torch::Library& m) {
   registerLibraryOps(m);
   registerPlannerOps(m);
   registerMeasurementOps(m);
+  registerPlanScopeOps(m);
   registerClasses(m);
 }
 

@@ -402,7 +402,7 @@ std::vector<BudgetRegion::Candidate> BudgetRegion::candidates(const std::vector<
     TORCH_CHECK(budget >= 0, "hpac budget: a candidate budget of ", budget, " bytes; allowed: >= 0");
     const BudgetPlan plan = planFor(budget);
     Candidate c{budget, plan.kept_bytes, 0, plan.recompute_micros};
-    if (c.micros < 0) c.micros = plan.total_micros - plan.saved_micros - plan.skipped_micros;
+    if (c.recompute_micros < 0) c.recompute_micros = plan.total_micros - plan.saved_micros - plan.skipped_micros;
     std::unordered_set<int64_t> counted;
     int64_t scratch = 0;  // Note [Skipped outputs share one buffer] (replay/dead_ops.cpp): the largest skipped return
     for (size_t i = 0; i < profile_.size(); ++i) {
@@ -411,10 +411,10 @@ std::vector<BudgetRegion::Candidate> BudgetRegion::candidates(const std::vector<
       }
       if (!plan.save[i] || profile_[i].view) continue;
       for (const auto& [id, bytes] : profile_[i].storages) {
-        if (autograd_saved_ && !saved.count(id) && counted.insert(id).second) c.unread_bytes += bytes;
+        if (autograd_saved_ && !saved.count(id) && counted.insert(id).second) c.backward_bytes += bytes;
       }
     }
-    c.unread_bytes += scratch;
+    c.backward_bytes += scratch;
     c.forward_bytes =
         hpac::forwardBytes(profile_, [&](size_t i, int64_t) { return plan.save[i] && !profile_[i].view; });
     out.push_back(c);

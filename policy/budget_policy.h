@@ -107,8 +107,8 @@ class BudgetRegion : public std::enable_shared_from_this<BudgetRegion> {
     int64_t kept_bytes = 0;
     // What the plan adds to its own backward: kept storages autograd does not save (held through it), and the
     // scratch buffer its skipped ops' returns lie over (Note [Skipped outputs share one buffer]).
-    int64_t unread_bytes = 0;
-    double micros = 0;         // predicted recompute time (BudgetPlan::recompute_micros, else the kernels run)
+    int64_t backward_bytes = 0;
+    double recompute_micros = 0;  // predicted (BudgetPlan::recompute_micros, else the kernels run)
     // Note [A forward, op by op] (budget_policy.cpp): the bytes its forward holds at its highest moment, above
     // those alive when it began; -1: not measured.
     int64_t forward_bytes = -1;

@@ -13,7 +13,7 @@ void checkProblem(const std::vector<std::vector<StepChoice>>& layers, const std:
   for (int64_t j = 0; j < n; ++j) {
     TORCH_CHECK(!layers[j].empty(), "hpac step plan: layer ", j, " has no candidate plans");
     for (const StepChoice& c : layers[j]) {
-      TORCH_CHECK(c.kept_bytes >= 0 && c.backward_bytes >= 0 && c.forward_bytes >= 0 && c.micros >= 0,
+      TORCH_CHECK(c.kept_bytes >= 0 && c.backward_bytes >= 0 && c.forward_bytes >= 0 && c.recompute_micros >= 0,
                   "hpac step plan: layer ", j,
                   " has a candidate with negative bytes or time");
     }
@@ -126,7 +126,8 @@ StepPlan planStep(const std::vector<std::vector<StepChoice>>& layers, const std:
         }
         const int64_t bytes = front[s].bytes + choice.kept_bytes;
         if (ok && fits(j + 1, bytes)) {
-          next.push_back(State{bytes, front[s].micros + choice.micros, static_cast<int64_t>(s), static_cast<int64_t>(c)});
+          next.push_back(
+              State{bytes, front[s].micros + choice.recompute_micros, static_cast<int64_t>(s), static_cast<int64_t>(c)});
         }
       }
     }
@@ -156,7 +157,7 @@ StepPlan planStep(const std::vector<std::vector<StepChoice>>& layers, const std:
       at = s.parent;
     }
   }
-  for (int64_t j = 0; j < n; ++j) plan.micros += layers[j][plan.choice[j]].micros;
+  for (int64_t j = 0; j < n; ++j) plan.recompute_micros += layers[j][plan.choice[j]].recompute_micros;
   plan.peak_bytes = stepPeak(layers, events, plan.choice, &plan.peak_event);
   plan.fits = plan.peak_bytes <= target_bytes;
   return plan;

@@ -60,7 +60,7 @@ namespace hpac {
 struct StepChoice {
   int64_t kept_bytes = 0;      // held from its forward until its backward
   int64_t backward_bytes = 0;  // added while its own backward runs (kept bytes the backward does not read)
-  double micros = 0;           // predicted recompute time
+  double recompute_micros = 0;  // predicted
   int64_t forward_bytes = 0;   // held at its own forward's highest moment (transients and what it has kept so far)
 };
 
@@ -83,7 +83,7 @@ struct StepPlan {
   std::vector<int64_t> choice;  // per layer, an index into its candidates
   int64_t peak_bytes = 0;       // predicted
   int64_t peak_event = -1;      // the event that sets it
-  double micros = 0;            // summed recompute time
+  double recompute_micros = 0;  // summed
   bool fits = false;            // peak_bytes <= target
   bool exact = true;            // Note [An exact step plan]: false when the front was rounded
   int64_t front_states = 0;     // the largest Pareto front the solver held

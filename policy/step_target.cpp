@@ -1,5 +1,7 @@
 #include "policy/step_target.h"
 
+#include "policy/byte_size.h"
+
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -8,17 +10,56 @@
 
 namespace hpac {
 
-const char* const kStepRest = "the rest";
-
-std::string formatBytes(int64_t bytes) {
-  char buf[64];
-  const double b = static_cast<double>(bytes);
-  if (bytes >= (int64_t{1} << 30) || bytes <= -(int64_t{1} << 30)) {
-    std::snprintf(buf, sizeof(buf), "%.3f GiB", b / (1 << 30));
-  } else {
-    std::snprintf(buf, sizeof(buf), "%.2f MiB", b / (1 << 20));
+const char* stepEventKindToken(StepEventKind kind) {
+  switch (kind) {
+    case StepEventKind::kBeforeLayers: return "before_layers";
+    case StepEventKind::kForward: return "forward";
+    case StepEventKind::kAfterLayer: return "after_layer";
+    case StepEventKind::kAfterLayers: return "after_layers";
+    case StepEventKind::kBackward: return "backward";
+    case StepEventKind::kRest: return "rest";
   }
-  return buf;
+  return "?";
+}
+
+bool parseStepEventKind(const std::string& token, StepEventKind* kind) {
+  for (const StepEventKind k : {StepEventKind::kBeforeLayers, StepEventKind::kForward, StepEventKind::kAfterLayer,
+                                StepEventKind::kAfterLayers, StepEventKind::kBackward, StepEventKind::kRest}) {
+    if (token == stepEventKindToken(k)) {
+      *kind = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+int64_t StepEventKey::layersKept() const {
+  switch (kind) {
+    case StepEventKind::kForward:
+    case StepEventKind::kAfterLayer:
+    case StepEventKind::kAfterLayers: return index + 1;
+    case StepEventKind::kBackward: return index;
+    case StepEventKind::kBeforeLayers:
+    case StepEventKind::kRest: return 0;
+  }
+  return 0;
+}
+
+int64_t StepEventKey::ownLayer() const {
+  return kind == StepEventKind::kForward || kind == StepEventKind::kBackward ? index : -1;
+}
+
+std::string StepEventKey::name() const {
+  const std::string i = std::to_string(index);
+  switch (kind) {
+    case StepEventKind::kBeforeLayers: return "before the layers";
+    case StepEventKind::kForward: return "forward of layer " + i;
+    case StepEventKind::kAfterLayer: return "after layer " + i;
+    case StepEventKind::kAfterLayers: return "after the layers";
+    case StepEventKind::kBackward: return "backward of layer " + i;
+    case StepEventKind::kRest: return "the rest";
+  }
+  return "?";
 }
 
 namespace {
@@ -27,15 +68,6 @@ std::string percent(double v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f%%", 100.0 * v);
   return buf;
-}
-
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
 }
 
 }  // namespace
@@ -47,7 +79,7 @@ StepTarget::StepTarget(int64_t target_bytes, std::vector<std::string> names,
   TORCH_CHECK(target_bytes_ > 0, "hpac memory target: ", target_bytes_, " bytes; allowed: > 0");
   TORCH_CHECK(!regions_.empty() && names.size() == regions_.size(), "hpac memory target: ", names.size(),
               " layer names for ", regions_.size(), " regions; allowed: one name per region, at least one");
-  for (std::string& name : names) plans_.push_back(StepLayerPlan{std::move(name)});
+  for (std::string& name : names) plans_.push_back(LayerPlan{std::move(name)});
 }
 
 void StepTarget::record(const StepEventKey& event, int64_t peak) {
@@ -57,7 +89,7 @@ void StepTarget::record(const StepEventKey& event, int64_t peak) {
 }
 
 int64_t StepTarget::held(const StepEventKey& key) const {
-  const StepEvent event = stepEvent(0, key.layers_kept, key.layer);
+  const StepEvent event = stepEvent(0, key.layersKept(), key.ownLayer());
   const auto n = static_cast<int64_t>(plans_.size());
   const bool own = event.layer >= 0 && event.layer < n;
   if (planned_at_ == 0) {  // the profile step: every layer recomputes everything; a forward holds its transients
@@ -84,9 +116,9 @@ std::vector<StepMessage> StepTarget::finishStep(int64_t fragmentation_bytes) {
     for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<int64_t>(i);
     if (called_ != want) {
       std::string got;
-      for (int64_t i : called_) got += (got.empty() ? "" : ", ") + plans_.at(i).name;
+      for (int64_t i : called_) got += (got.empty() ? "" : ", ") + plans_.at(i).path;
       error_ = "hpac: memory target: step " + std::to_string(steps_) + " ran the layers in the order [" + got +
-               "], not once each in the order given (" + plans_.front().name + " first, " + plans_.back().name +
+               "], not once each in the order given (" + plans_.front().path + " first, " + plans_.back().path +
                " last): the step's events count the layers before each in that order. Give the layers in the "
                "order the forward runs them, each called once per step (one model call per optimizer step: "
                "gradient accumulation is not planned)";
@@ -96,7 +128,7 @@ std::vector<StepMessage> StepTarget::finishStep(int64_t fragmentation_bytes) {
   if (measured_.empty()) return out;
   const auto top = std::max_element(measured_.begin(), measured_.end(),
                                     [](const auto& a, const auto& b) { return a.second < b.second; });
-  StepRecord row{steps_, top->second, top->first.what, planned_at_ != 0};
+  MeasuredStep row{steps_, top->second, top->first.name(), planned_at_ != 0};
   if (row.planned) {
     row.predicted_bytes = predicted_bytes_;
     row.predicted_event = predicted_event_;
@@ -126,7 +158,7 @@ std::vector<StepMessage> StepTarget::finishStep(int64_t fragmentation_bytes) {
   for (const auto& [event, peak] : measured_) {
     int64_t base = peak - held(event) + (planned_at_ ? fragmentation_bytes : 0);
     if (planned_at_ == 0) {
-      if (event.what != kStepRest) base -= start_bytes_;
+      if (event.kind != StepEventKind::kRest) base -= start_bytes_;
       bases_[event] = base;
     } else {
       auto it = bases_.find(event);
@@ -162,7 +194,7 @@ bool StepTarget::regionsReady() const {
 void StepTarget::prepareFirstPlan() {
   TORCH_CHECK(planned_at_ == 0 && steps_ > 0, "hpac memory target: prepareFirstPlan after the first plan");
   for (auto& [event, base] : bases_) {
-    if (event.what != kStepRest) base += start_bytes_;
+    if (event.kind != StepEventKind::kRest) base += start_bytes_;
   }
   // Layers of one structure (the same op sequence and sizes) share their candidates.
   std::map<std::tuple<std::vector<std::pair<std::string, int64_t>>, int64_t, int64_t>, size_t> shared;
@@ -191,7 +223,7 @@ void StepTarget::prepareFirstPlan() {
     candidates_[i].push_back(
         StepCandidate{off, off, 0, 0.0, false, measured && forward.off >= 0 ? forward.off : off});
     for (const BudgetRegion::Candidate& c : regions_[i]->candidates(budgets)) {
-      candidates_[i].push_back(StepCandidate{c.budget_bytes, c.kept_bytes, c.unread_bytes, c.micros, true,
+      candidates_[i].push_back(StepCandidate{c.budget_bytes, c.kept_bytes, c.backward_bytes, c.recompute_micros, true,
                                              measured && c.forward_bytes >= 0 ? c.forward_bytes : c.kept_bytes});
     }
   }
@@ -208,10 +240,10 @@ std::pair<std::vector<std::vector<StepChoice>>, std::vector<StepEvent>> StepTarg
   for (const auto& cands : candidates_) {
     p.first.emplace_back();
     for (const StepCandidate& c : cands) {
-      p.first.back().push_back(StepChoice{c.kept_bytes, c.backward_bytes, c.micros, c.forward_bytes});
+      p.first.back().push_back(StepChoice{c.kept_bytes, c.backward_bytes, c.recompute_micros, c.forward_bytes});
     }
   }
-  for (const auto& [event, base] : bases_) p.second.push_back(stepEvent(base, event.layers_kept, event.layer));
+  for (const auto& [event, base] : bases_) p.second.push_back(stepEvent(base, event.layersKept(), event.ownLayer()));
   return p;
 }
 
@@ -227,12 +259,12 @@ StepPlan StepTarget::solve() const {
 void StepTarget::apply(const std::vector<int64_t>& choice) {
   for (size_t i = 0; i < choice.size(); ++i) {
     const StepCandidate& c = candidates_[i][choice[i]];
-    StepLayerPlan& p = plans_[i];
+    LayerPlan& p = plans_[i];
     p.checkpointed = c.checkpointed;
     p.budget_bytes = c.budget_bytes;
     p.kept_bytes = c.kept_bytes;
     p.backward_bytes = c.backward_bytes;
-    p.micros = c.micros;
+    p.recompute_micros = c.recompute_micros;
     p.forward_bytes = c.forward_bytes;
     if (c.checkpointed) regions_[i]->replan(c.budget_bytes);
   }
@@ -243,7 +275,7 @@ std::vector<StepMessage> StepTarget::plan(const std::string& why) {
   if (planned_at_ == 0) planned_at_ = steps_;
   const StepPlan p = solve();
   const std::string what =
-      p.peak_event >= 0 ? std::next(bases_.begin(), p.peak_event)->first.what : std::string("(no event)");
+      p.peak_event >= 0 ? std::next(bases_.begin(), p.peak_event)->first.name() : std::string("(no event)");
   apply(p.choice);
   if (!p.fits) {
     error_ = floorError(p.peak_bytes, what);
@@ -253,10 +285,10 @@ std::vector<StepMessage> StepTarget::plan(const std::string& why) {
   predicted_event_ = what;
   int64_t checkpointed = 0, kept = 0;
   double micros = 0;
-  for (const StepLayerPlan& l : plans_) {
+  for (const LayerPlan& l : plans_) {
     checkpointed += l.checkpointed;
     kept += l.kept_bytes;
-    micros += l.micros;
+    micros += l.recompute_micros;
   }
   std::string text = "memory target " + formatBytes(target_bytes_) + (why.empty() ? "" : " (again: " + why + ")") + ": ";
   if (checkpointed == 0) {
@@ -294,7 +326,7 @@ std::pair<int64_t, std::string> StepTarget::predict() const {
     const int64_t live = base + held(event);
     if (live > best) {
       best = live;
-      what = event.what;
+      what = event.name();
     }
   }
   return {best, what};
@@ -311,47 +343,28 @@ std::vector<std::pair<int64_t, double>> StepTarget::uniformPlans() const {
   for (size_t k = 0; k < k_max; ++k) {
     std::vector<int64_t> choice(layers.size(), static_cast<int64_t>(k));
     double micros = 0;
-    for (const auto& cands : candidates_) micros += cands[k].micros;
+    for (const auto& cands : candidates_) micros += cands[k].recompute_micros;
     out.emplace_back(stepPeak(layers, events, choice), micros);
   }
   return out;
 }
 
-std::string StepTarget::reportJson() const {
-  std::string out = "{\"target_bytes\": " + std::to_string(target_bytes_) + ", \"predicted_bytes\": " +
-                    std::to_string(predicted_bytes_) + ", \"predicted_event\": " + jsonString(predicted_event_) +
-                    ", \"planned_at_step\": " + std::to_string(planned_at_) + ", \"margin_bytes\": " +
-                    std::to_string(margin_) + ", \"error\": " + jsonString(error_) +
-                    ", \"layers\": [";
-  for (size_t i = 0; i < plans_.size(); ++i) {
-    const StepLayerPlan& p = plans_[i];
-    out += (i ? ", " : "") + std::string("{\"path\": ") + jsonString(p.name) +
-           ", \"checkpointed\": " + (p.checkpointed ? "true" : "false") + ", \"budget_bytes\": " +
-           std::to_string(p.budget_bytes) + ", \"kept_bytes\": " + std::to_string(p.kept_bytes) +
-           ", \"backward_bytes\": " + std::to_string(p.backward_bytes) + ", \"forward_bytes\": " +
-           std::to_string(p.forward_bytes) + ", \"off_bytes\": " +
-           std::to_string(p.off_bytes) + ", \"recompute_micros\": " + std::to_string(p.micros) + "}";
+StepRecord StepTarget::record() const {
+  StepRecord r;
+  r.target_bytes = target_bytes_;
+  r.predicted_bytes = predicted_bytes_;
+  r.predicted_event = predicted_event_;
+  r.planned_at_step = planned_at_;
+  r.margin_bytes = margin_;
+  r.error = error_;
+  if (!history_.empty()) {
+    r.measured_bytes = history_.back().measured_bytes;
+    r.measured_event = history_.back().measured_event;
   }
-  out += "], \"events\": {";
-  bool first = true;
-  for (const auto& [event, base] : bases_) {
-    out += (first ? "" : ", ") + jsonString(event.what) + ": " + std::to_string(base);
-    first = false;
-  }
-  out += "}, \"history\": [";
-  for (size_t i = 0; i < history_.size(); ++i) {
-    const StepRecord& r = history_[i];
-    out += (i ? ", " : "") + std::string("{\"step\": ") + std::to_string(r.step) + ", \"measured_bytes\": " +
-           std::to_string(r.measured_bytes) + ", \"measured_event\": " + jsonString(r.measured_event) +
-           ", \"planned\": " + (r.planned ? "true" : "false");
-    if (r.planned) {
-      out += ", \"predicted_bytes\": " + std::to_string(r.predicted_bytes) + ", \"predicted_event\": " +
-             jsonString(r.predicted_event) + ", \"target_bytes\": " + std::to_string(target_bytes_) +
-             ", \"fragmentation_bytes\": " + std::to_string(r.fragmentation_bytes);
-    }
-    out += "}";
-  }
-  return out + "]}";
+  r.layers = plans_;
+  for (const auto& [event, base] : bases_) r.events.emplace_back(event.name(), base);
+  r.history.assign(history_.begin(), history_.end());
+  return r;
 }
 
 }  // namespace hpac

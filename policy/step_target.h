@@ -1,24 +1,12 @@
 // hpac/policy/step_target.h
 //
-// A whole-step memory target over a model's layers: what every front-end
-// (plugin/python/hpac/_target.py for Python and hpac.hf, the C++ Trainer of
-// tools/trainer) shares. The front-end marks the step's boundaries and reads
-// the live bytes; StepTarget keeps the events' bases (Note [The step's peak as
-// events], policy/step_plan.h), calibrates them from every step, makes each
-// layer's candidate plans from its BudgetRegion's profile, chooses one per
-// layer with planStep (Note [An exact step plan]), applies it (a region's
-// replan, or "not checkpointed" for the front-end to honour), and writes the
-// messages and the history both front-ends report.
-//
-// A step's life, as the front-end drives it:
-//   record(event, peak)*          each event's peak, as its boundary passes
-//   finishStep(fragmentation)     at the next step's start: history, messages, calibration
-//   startStep(live bytes)
-//   if wantsFirstPlan(): prepareFirstPlan() when regionsReady(), then plan()
-//   else if needsReplan(): plan("why")
-// A front-end planning with other ranks (Note [One step plan for every rank],
-// _target.py) exchanges bases() / candidates() between those calls.
-//
+// A whole-step memory target over a model's layers: the events' bases (Note
+// [The step's peak as events], policy/step_plan.h), calibrated from every
+// step, each layer's candidate plans from its BudgetRegion's profile, the
+// choice of one per layer by planStep (Note [An exact step plan]), applied (a
+// region's replan, or "not checkpointed"), and the messages and the history
+// every front end reports. StepDriver (policy/step_driver.h) calls it in a
+// step's order and owns the events; nothing else does.
 // Note [Profile, then absolute bases]
 // Step 1 runs every layer's region in its profile (everything recomputed, so
 // no layer holds bytes of its own: each event's peak is its base). The
@@ -31,7 +19,9 @@
 #pragma once
 
 #include "policy/budget_policy.h"
+#include "policy/byte_size.h"
 #include "policy/step_plan.h"
+#include "policy/step_record.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -45,47 +35,45 @@
 
 namespace hpac {
 
-// One event of a step (Note [The step's peak as events]).
-// (layers_kept, layer) as stepEvent() (policy/step_plan.h) reads them: (i + 1, i) the forward of layer i.
-struct StepEventKey {
-  std::string what;         // "forward of layer 2", "after the layers", "backward of layer 0", "the rest", ...
-  int64_t layers_kept = 0;  // layers [0, layers_kept) hold their kept bytes (but a forward's own layer: see above)
-  int64_t layer = -1;       // its own layer's forward or backward bytes add
-  bool operator<(const StepEventKey& o) const {
-    return std::tie(layers_kept, layer, what) < std::tie(o.layers_kept, o.layer, o.what);
-  }
+// The kinds of a step's events (Note [The step's peak as events]), in the order a step passes them; StepDriver
+// (policy/step_driver.h) opens each at its boundary.
+enum class StepEventKind : int8_t {
+  kBeforeLayers,  // the model's forward up to the first layer (embedding)
+  kForward,       // layer i's forward
+  kAfterLayer,    // after layer i's forward, before the next one's
+  kAfterLayers,   // after the last layer's forward: the norm, the logits, the loss and their backward
+  kBackward,      // layer i's backward (its recompute and its gradients)
+  kRest,          // after the layers' backward: embedding backward, optimizer step
 };
-// The event name of the rest of a step: absolute from step 1 on (Note [Profile, then absolute bases]).
-extern const char* const kStepRest;
+// "before_layers", "forward", "after_layer", "after_layers", "backward", "rest": the kind's token (the ranks'
+// state, Python's rank view); parseStepEventKind reads it back (false for another text).
+const char* stepEventKindToken(StepEventKind kind);
+bool parseStepEventKind(const std::string& token, StepEventKind* kind);
 
+// One event of a step: its kind and, for a layer's, the layer (kAfterLayers: the last layer's index).
+struct StepEventKey {
+  StepEventKind kind = StepEventKind::kBeforeLayers;
+  int64_t index = -1;
+  // As stepEvent() (policy/step_plan.h) reads them: layers [0, layersKept()) hold their kept bytes, and ownLayer()'s
+  // forward or backward bytes add (-1: no layer's). (i + 1, i) is the forward of layer i, (i, i) its backward.
+  int64_t layersKept() const;
+  int64_t ownLayer() const;
+  // What people read: "forward of layer 2", "after layer 0", "after the layers", "backward of layer 0", "the rest".
+  std::string name() const;
+  bool operator<(const StepEventKey& o) const {
+    return std::make_tuple(layersKept(), ownLayer(), kind) < std::make_tuple(o.layersKept(), o.ownLayer(), o.kind);
+  }
+  bool operator==(const StepEventKey& o) const { return kind == o.kind && index == o.index; }
+};
+
+// One candidate plan of one layer (what a LayerPlan becomes when it is chosen; policy/step_record.h).
 struct StepCandidate {
   int64_t budget_bytes = 0;  // the region's budget (checkpointed), or off's bytes (not)
   int64_t kept_bytes = 0;
   int64_t backward_bytes = 0;
-  double micros = 0;
+  double recompute_micros = 0;
   bool checkpointed = true;
   int64_t forward_bytes = 0;  // StepChoice::forward_bytes
-};
-
-struct StepLayerPlan {
-  std::string name;
-  bool checkpointed = true;
-  int64_t budget_bytes = 0;
-  int64_t kept_bytes = 0;
-  int64_t backward_bytes = 0;
-  int64_t off_bytes = 0;
-  double micros = 0;
-  int64_t forward_bytes = 0;
-};
-
-struct StepRecord {
-  int64_t step = 0;
-  int64_t measured_bytes = 0;  // the step's largest event (fragmentation not included)
-  std::string measured_event;
-  bool planned = false;
-  int64_t predicted_bytes = 0;
-  std::string predicted_event;
-  int64_t fragmentation_bytes = 0;
 };
 
 struct StepMessage {
@@ -128,7 +116,7 @@ class StepTarget {
   std::vector<StepMessage> plan(const std::string& why = "");
   bool needsReplan() const;
 
-  // --- what the front-ends read and exchange ------------------------------------------------------------------
+  // --- what StepDriver reads and exchanges between ranks -------------------------------------------------------
   const std::map<StepEventKey, int64_t>& bases() const { return bases_; }
   void setBases(std::map<StepEventKey, int64_t> bases) { bases_ = std::move(bases); }
   // Note [Room after a step over the target] (step_target.cpp): the room later plans keep below the target.
@@ -136,15 +124,16 @@ class StepTarget {
   void setMargin(int64_t margin) { margin_ = std::max<int64_t>(0, margin); }
   const std::vector<std::vector<StepCandidate>>& candidates() const { return candidates_; }
   void setCandidates(std::vector<std::vector<StepCandidate>> candidates);
-  const std::vector<StepLayerPlan>& layerPlans() const { return plans_; }
+  const std::vector<LayerPlan>& layerPlans() const { return plans_; }
   // The last kStepHistory finished steps (a long run keeps a bounded record).
-  const std::deque<StepRecord>& history() const { return history_; }
+  const std::deque<MeasuredStep>& history() const { return history_; }
   int64_t predictedBytes() const { return predicted_bytes_; }
   const std::string& predictedEvent() const { return predicted_event_; }
   // The prediction (peak, µs) for candidate k of every layer: what a user could set the same for every layer.
   std::vector<std::pair<int64_t, double>> uniformPlans() const;
-  // The report as JSON text: target, prediction, layers, events, history.
-  std::string reportJson() const;
+  // The step record (policy/step_record.h): target, prediction, layers, events, history; and as JSON.
+  StepRecord record() const;
+  std::string reportJson() const { return stepRecordJson(record()); }
 
  private:
   int64_t held(const StepEventKey& event) const;
@@ -158,7 +147,7 @@ class StepTarget {
   const int64_t target_bytes_;
   std::vector<std::shared_ptr<BudgetRegion>> regions_;
   const int64_t params_bytes_, grads_bytes_;
-  std::vector<StepLayerPlan> plans_;
+  std::vector<LayerPlan> plans_;
   // Per layer, its forward's bytes in the profile step (Note [A forward, op by op]); 0 where not measured.
   std::vector<int64_t> profiled_forward_;
   std::vector<std::vector<StepCandidate>> candidates_;
@@ -172,11 +161,8 @@ class StepTarget {
   int64_t margin_ = 0;
   int64_t predicted_bytes_ = 0;
   std::string predicted_event_;
-  std::deque<StepRecord> history_;
+  std::deque<MeasuredStep> history_;
   std::string error_;
 };
-
-// "12.34 MiB" / "70.000 GiB".
-std::string formatBytes(int64_t bytes);
 
 }  // namespace hpac

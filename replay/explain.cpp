@@ -1,7 +1,8 @@
 #include "replay/explain.h"
 
 #include "replay/for_each_tensor.h"
-#include "replay/text_format.h"
+#include "policy/byte_size.h"
+#include "policy/text_format.h"
 #include "replay/tracking_allocator.h"
 #include "replay/written_arguments.h"
 
@@ -21,19 +22,6 @@
 
 namespace hpac {
 namespace {
-
-std::string humanBytes(int64_t bytes) {
-  char buf[32];
-  const double b = static_cast<double>(bytes);
-  if (std::llabs(bytes) >= (1LL << 20)) {
-    std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1 << 20));
-  } else if (std::llabs(bytes) >= (1LL << 10)) {
-    std::snprintf(buf, sizeof buf, "%.1f KiB", b / (1 << 10));
-  } else {
-    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
-  }
-  return buf;
-}
 
 std::string xmlEscape(const std::string& s) {
   std::string out;
@@ -182,7 +170,7 @@ std::string formatExplainTable(const ExplainReport& report, size_t max_rows) {
   }
   const InvocationStats& s = report.stats;
   out << "\nforward: " << n[0][0] << " saved, " << n[0][1] << " recomputed later, " << n[0][2] << " ignored; kept "
-      << humanBytes(kept) << "; " << fixed(forward_us, 1) << " us\n";
+      << formatBytes(kept) << "; " << fixed(forward_us, 1) << " us\n";
   out << "recompute: " << n[1][0] << " served, " << n[1][1] << " re-run, " << n[1][3] << " skipped, " << n[1][2]
       << " ignored; " << fixed(recompute_us, 1) << " us\n";
   out << "invocation stats: saved " << s.saved << ", served " << s.served << ", recomputed " << s.recomputed
@@ -190,7 +178,7 @@ std::string formatExplainTable(const ExplainReport& report, size_t max_rows) {
   if (!report.timelines.empty()) {
     out << "\npeak tensor bytes over the step (above the bytes alive before it):\n";
     for (const TimelineTrace& t : report.timelines) {
-      out << "  " << std::left << std::setw(10) << t.mode << std::right << std::setw(14) << humanBytes(t.peak_bytes)
+      out << "  " << std::left << std::setw(10) << t.mode << std::right << std::setw(14) << formatBytes(t.peak_bytes)
           << "  (" << t.bytes.size() << " allocator events)\n";
     }
   }
@@ -240,84 +228,121 @@ std::string explainJson(const ExplainReport& report) {
 // more of them, so its line is longer); y: tensor bytes alive above the
 // step's start. A line with more points than the plot has pixels keeps, per
 // pixel column, its first, lowest, highest and last value, so peaks survive.
-std::string timelineSvg(const std::vector<TimelineTrace>& timelines, const std::string& title) {
-  constexpr double kWidth = 900, kHeight = 440, kLeft = 80, kRight = 170, kTop = 40, kBottom = 60;
-  constexpr double kPlotW = kWidth - kLeft - kRight, kPlotH = kHeight - kTop - kBottom;
-  static const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
-  size_t longest = 1;
-  int64_t top = 1;
-  for (const TimelineTrace& t : timelines) {
-    longest = std::max(longest, t.bytes.size());
-    for (const int64_t b : t.bytes) top = std::max(top, b);
+namespace {
+
+constexpr double kSvgWidth = 900, kSvgHeight = 440, kSvgLeft = 80, kSvgRight = 170, kSvgTop = 40, kSvgBottom = 60;
+constexpr double kPlotW = kSvgWidth - kSvgLeft - kSvgRight, kPlotH = kSvgHeight - kSvgTop - kSvgBottom;
+
+// The plot's scales: allocator events to x and bytes to y, so the longest trace and the most bytes fill the plot.
+struct TimelineScale {
+  explicit TimelineScale(const std::vector<TimelineTrace>& timelines) {
+    size_t longest = 1;
+    for (const TimelineTrace& t : timelines) {
+      longest = std::max(longest, t.bytes.size());
+      for (const int64_t b : t.bytes) top = std::max(top, b);
+    }
+    x_scale = kPlotW / static_cast<double>(longest);
+    y_scale = kPlotH / static_cast<double>(top);
   }
-  const double x_scale = kPlotW / static_cast<double>(longest);
-  const double y_scale = kPlotH / static_cast<double>(top);
-  auto px = [&](double i) { return kLeft + i * x_scale; };
-  auto py = [&](double b) { return kTop + kPlotH - std::max(0.0, b) * y_scale; };
-  std::ostringstream out;
-  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth << "\" height=\"" << kHeight
-      << "\" viewBox=\"0 0 " << kWidth << " " << kHeight << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  double px(double i) const { return kSvgLeft + i * x_scale; }
+  double py(double b) const { return kSvgTop + kPlotH - std::max(0.0, b) * y_scale; }
+
+  int64_t top = 1;  // the most bytes of any trace, at least 1
+  double x_scale = 0, y_scale = 0;
+};
+
+// The document's head, the title, the plot's frame, the bytes axis (five ticks, 0 to the most bytes) and both axes'
+// labels.
+void svgAxes(std::ostringstream& out, const TimelineScale& s, const std::string& title) {
+  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kSvgWidth << "\" height=\"" << kSvgHeight
+      << "\" viewBox=\"0 0 " << kSvgWidth << " " << kSvgHeight << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   out << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  out << "<text x=\"" << kLeft << "\" y=\"22\" font-size=\"14\">" << xmlEscape(title) << "</text>\n";
-  out << "<g stroke=\"#888\" fill=\"none\"><rect x=\"" << kLeft << "\" y=\"" << kTop << "\" width=\"" << kPlotW
+  out << "<text x=\"" << kSvgLeft << "\" y=\"22\" font-size=\"14\">" << xmlEscape(title) << "</text>\n";
+  out << "<g stroke=\"#888\" fill=\"none\"><rect x=\"" << kSvgLeft << "\" y=\"" << kSvgTop << "\" width=\"" << kPlotW
       << "\" height=\"" << kPlotH << "\"/></g>\n";
   for (int k = 0; k <= 4; ++k) {
-    const double b = static_cast<double>(top) * k / 4;
-    const double y = py(b);
-    out << "<line x1=\"" << kLeft - 4 << "\" y1=\"" << fixed(y, 1) << "\" x2=\"" << kLeft + kPlotW << "\" y2=\""
+    const double b = static_cast<double>(s.top) * k / 4;
+    const double y = s.py(b);
+    out << "<line x1=\"" << kSvgLeft - 4 << "\" y1=\"" << fixed(y, 1) << "\" x2=\"" << kSvgLeft + kPlotW << "\" y2=\""
         << fixed(y, 1) << "\" stroke=\"#ddd\"/>\n";
-    out << "<text x=\"" << kLeft - 6 << "\" y=\"" << fixed(y + 4, 1) << "\" text-anchor=\"end\">"
-        << xmlEscape(humanBytes(static_cast<int64_t>(b))) << "</text>\n";
+    out << "<text x=\"" << kSvgLeft - 6 << "\" y=\"" << fixed(y + 4, 1) << "\" text-anchor=\"end\">"
+        << xmlEscape(formatBytes(static_cast<int64_t>(b))) << "</text>\n";
   }
-  out << "<text x=\"" << kLeft + kPlotW / 2 << "\" y=\"" << kHeight - 20
+  out << "<text x=\"" << kSvgLeft + kPlotW / 2 << "\" y=\"" << kSvgHeight - 20
       << "\" text-anchor=\"middle\">allocator events over one step: forward, then backward (with recompute)</text>\n";
-  out << "<text x=\"18\" y=\"" << kTop + kPlotH / 2 << "\" text-anchor=\"middle\" transform=\"rotate(-90 18 "
-      << kTop + kPlotH / 2 << ")\">tensor bytes alive</text>\n";
-  for (size_t i = 0; i < timelines.size(); ++i) {
-    const TimelineTrace& t = timelines[i];
-    const char* color = kColors[i % (sizeof kColors / sizeof kColors[0])];
-    out << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"1.5\" points=\"";
-    const size_t n = t.bytes.size();
-    size_t j = 0;
-    while (j < n) {
-      const auto column = static_cast<int64_t>(px(static_cast<double>(j)));
-      size_t end = j;
-      int64_t lo = t.bytes[j], hi = t.bytes[j];
-      size_t lo_at = j, hi_at = j;
-      while (end < n && static_cast<int64_t>(px(static_cast<double>(end))) == column) {
-        if (t.bytes[end] < lo) {
-          lo = t.bytes[end];
-          lo_at = end;
-        }
-        if (t.bytes[end] > hi) {
-          hi = t.bytes[end];
-          hi_at = end;
-        }
-        ++end;
+  out << "<text x=\"18\" y=\"" << kSvgTop + kPlotH / 2 << "\" text-anchor=\"middle\" transform=\"rotate(-90 18 "
+      << kSvgTop + kPlotH / 2 << ")\">tensor bytes alive</text>\n";
+}
+
+// The events of `bytes` the line is drawn through, in order: per pixel column its first, lowest, highest and last
+// (Note [Timeline SVG]).
+std::vector<size_t> pointsDrawn(const TimelineScale& s, const std::vector<int64_t>& bytes) {
+  std::vector<size_t> drawn;
+  const size_t n = bytes.size();
+  size_t j = 0;
+  while (j < n) {
+    const auto column = static_cast<int64_t>(s.px(static_cast<double>(j)));
+    size_t end = j;
+    int64_t lo = bytes[j], hi = bytes[j];
+    size_t lo_at = j, hi_at = j;
+    while (end < n && static_cast<int64_t>(s.px(static_cast<double>(end))) == column) {
+      if (bytes[end] < lo) {
+        lo = bytes[end];
+        lo_at = end;
       }
-      std::vector<size_t> keep = {j, lo_at, hi_at, end - 1};
-      std::sort(keep.begin(), keep.end());
-      keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
-      for (const size_t k : keep) {
-        out << fixed(px(static_cast<double>(k)), 1) << "," << fixed(py(static_cast<double>(t.bytes[k])), 1) << " ";
+      if (bytes[end] > hi) {
+        hi = bytes[end];
+        hi_at = end;
       }
-      j = end;
+      ++end;
     }
-    out << "\"/>\n";
-    for (const auto& [label, at] : t.marks) {
-      const double x = px(static_cast<double>(at));
-      out << "<line x1=\"" << fixed(x, 1) << "\" y1=\"" << kTop << "\" x2=\"" << fixed(x, 1) << "\" y2=\""
-          << kTop + kPlotH << "\" stroke=\"" << color << "\" stroke-dasharray=\"4 3\" opacity=\"0.6\"><title>"
-          << xmlEscape(t.mode + ": " + label) << "</title></line>\n";
-    }
-    const double ly = kTop + 16 + 34 * static_cast<double>(i);
-    out << "<line x1=\"" << kLeft + kPlotW + 12 << "\" y1=\"" << ly << "\" x2=\"" << kLeft + kPlotW + 36
-        << "\" y2=\"" << ly << "\" stroke=\"" << color << "\" stroke-width=\"2\"/>\n";
-    out << "<text x=\"" << kLeft + kPlotW + 42 << "\" y=\"" << ly + 4 << "\">" << xmlEscape(t.mode) << "</text>\n";
-    out << "<text x=\"" << kLeft + kPlotW + 42 << "\" y=\"" << ly + 18 << "\" fill=\"#555\">peak "
-        << xmlEscape(humanBytes(t.peak_bytes)) << "</text>\n";
+    std::vector<size_t> keep = {j, lo_at, hi_at, end - 1};
+    std::sort(keep.begin(), keep.end());
+    keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+    drawn.insert(drawn.end(), keep.begin(), keep.end());
+    j = end;
   }
-  out << "<text x=\"" << kLeft + kPlotW + 12 << "\" y=\"" << kTop + kPlotH
+  return drawn;
+}
+
+// One mode's line and its marks (dashed, the mark's label as a tooltip).
+void svgTrace(std::ostringstream& out, const TimelineScale& s, const TimelineTrace& t, const char* color) {
+  out << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"1.5\" points=\"";
+  for (const size_t k : pointsDrawn(s, t.bytes)) {
+    out << fixed(s.px(static_cast<double>(k)), 1) << "," << fixed(s.py(static_cast<double>(t.bytes[k])), 1) << " ";
+  }
+  out << "\"/>\n";
+  for (const auto& [label, at] : t.marks) {
+    const double x = s.px(static_cast<double>(at));
+    out << "<line x1=\"" << fixed(x, 1) << "\" y1=\"" << kSvgTop << "\" x2=\"" << fixed(x, 1) << "\" y2=\""
+        << kSvgTop + kPlotH << "\" stroke=\"" << color << "\" stroke-dasharray=\"4 3\" opacity=\"0.6\"><title>"
+        << xmlEscape(t.mode + ": " + label) << "</title></line>\n";
+  }
+}
+
+// The `index`th entry of the legend right of the plot: the mode's color, its name and its peak.
+void svgLegendEntry(std::ostringstream& out, const TimelineTrace& t, size_t index, const char* color) {
+  const double ly = kSvgTop + 16 + 34 * static_cast<double>(index);
+  out << "<line x1=\"" << kSvgLeft + kPlotW + 12 << "\" y1=\"" << ly << "\" x2=\"" << kSvgLeft + kPlotW + 36
+      << "\" y2=\"" << ly << "\" stroke=\"" << color << "\" stroke-width=\"2\"/>\n";
+  out << "<text x=\"" << kSvgLeft + kPlotW + 42 << "\" y=\"" << ly + 4 << "\">" << xmlEscape(t.mode) << "</text>\n";
+  out << "<text x=\"" << kSvgLeft + kPlotW + 42 << "\" y=\"" << ly + 18 << "\" fill=\"#555\">peak "
+      << xmlEscape(formatBytes(t.peak_bytes)) << "</text>\n";
+}
+
+}  // namespace
+
+std::string timelineSvg(const std::vector<TimelineTrace>& timelines, const std::string& title) {
+  static const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
+  const TimelineScale scale(timelines);
+  std::ostringstream out;
+  svgAxes(out, scale, title);
+  for (size_t i = 0; i < timelines.size(); ++i) {
+    const char* color = kColors[i % (sizeof kColors / sizeof kColors[0])];
+    svgTrace(out, scale, timelines[i], color);
+    svgLegendEntry(out, timelines[i], i, color);
+  }
+  out << "<text x=\"" << kSvgLeft + kPlotW + 12 << "\" y=\"" << kSvgTop + kPlotH
       << "\" fill=\"#555\">dashed: backward begins</text>\n";
   out << "</svg>\n";
   return out.str();

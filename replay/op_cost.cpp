@@ -186,6 +186,16 @@ const Roofline& deviceRoofline(c10::Device device) {
   return it->second;
 }
 
+std::map<c10::DeviceType, Roofline> rooflinesNow() {
+  std::lock_guard<std::mutex> lock(rooflineMutex());
+  return rooflines();
+}
+
+void restoreRooflines(std::map<c10::DeviceType, Roofline> saved) {
+  std::lock_guard<std::mutex> lock(rooflineMutex());
+  rooflines() = std::move(saved);
+}
+
 void setRoofline(c10::DeviceType type, Roofline roofline) {
   TORCH_CHECK(roofline.flops_per_us > 0 && roofline.bytes_per_us > 0 && std::isfinite(roofline.flops_per_us) &&
                   std::isfinite(roofline.bytes_per_us),

@@ -81,6 +81,10 @@ const Roofline& deviceRoofline(c10::Device device);
 // step. The meta device has no roofline of its own: its ops get no estimate
 // (0 µs) until one is set. Setting one replaces what the type had.
 void setRoofline(c10::DeviceType type, Roofline roofline);
+// Every device type's roofline now, and putting such a copy back (hpac.plan sets the meta device's for its steps
+// and leaves the process's rooflines as it found them).
+std::map<c10::DeviceType, Roofline> rooflinesNow();
+void restoreRooflines(std::map<c10::DeviceType, Roofline> saved);
 // Whether `device` has a roofline (measured or set; the meta device only when set).
 bool hasRoofline(c10::Device device);
 

@@ -79,12 +79,18 @@ MetaCounter* meta_counter = nullptr;
 
 }  // namespace
 
-void TrackingAllocator::trackMeta() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    meta_counter = new MetaCounter();  // leaked: meta tensors may outlive statics
+bool TrackingAllocator::trackMeta(bool on) {
+  std::lock_guard<std::mutex> lock(instance().install_mutex_);
+  static c10::Allocator* before = nullptr;  // the meta allocator trackMeta(true) replaced
+  const bool was = metaTracked();
+  if (on && !was) {
+    if (meta_counter == nullptr) meta_counter = new MetaCounter();  // leaked: meta tensors may outlive statics
+    before = c10::GetAllocator(c10::DeviceType::Meta);
     c10::SetAllocator(c10::DeviceType::Meta, meta_counter, /*priority=*/1);
-  });
+  } else if (!on && was && before != nullptr) {
+    c10::SetAllocator(c10::DeviceType::Meta, before, /*priority=*/1);
+  }
+  return was;
 }
 
 bool TrackingAllocator::metaTracked() {

@@ -50,9 +50,11 @@ class TrackingAllocator final : public c10::Allocator {
   static TrackingAllocator& instance();
   // Whether the tracker is the CPU allocator now.
   static bool installed();
-  // Note [Meta tensors are counted]: installs, for the rest of the process, a meta-device allocator whose
-  // allocations (no data; their bytes) count in this tracker's counters as CPU ones do.
-  static void trackMeta();
+  // Note [Meta tensors are counted]: on, installs a meta-device allocator whose allocations (no data; their
+  // bytes) count in this tracker's counters as CPU ones do; off, puts back the allocator it replaced (meta
+  // tensors it made still count until freed). Returns whether it was on: hpac.plan turns it on for its steps and
+  // back as it found it.
+  static bool trackMeta(bool on = true);
   static bool metaTracked();
   // The meta allocator's deleter (its context: the storage's bytes).
   static void releaseMeta(void* context);

@@ -1,10 +1,15 @@
 // Seeded mutation fuzzing of the trainer's config and registry parsers: every
 // mutated document must be accepted or rejected with a message that names the
-// file, line and column — never a crash, an escaped exception, or a hang.
+// file, line and column — never a crash, an escaped exception, or a hang. And
+// the step record's reader (policy/step_record.h): every mutated plan file is
+// read (and then written and read back as the same text) or refused naming it.
 // Deterministic (fixed seeds), bounded (kCases per corpus), runs in CI.
 #include "test/support/source_dir.h"
 #include "tools/trainer/config.h"
 #include "tools/trainer/registry.h"
+#include "policy/step_record.h"
+
+#include <c10/util/Exception.h>
 
 #include <gtest/gtest.h>
 
@@ -102,6 +107,30 @@ TEST(Fuzz, ModelRegistryParser) {
   fuzz(doc, "fuzz_registry.yaml", 7, [](const std::string& text, const std::string& file) {
     return trainer::parseRegistry(text, file).status();
   });
+}
+
+TEST(Fuzz, StepRecordReader) {
+  const std::string doc = readFile(sourcePath("test/fuzz/corpus/step_record/plan_v2.json"));
+  ASSERT_NO_THROW(readStepRecord(doc, "plan_v2.json"));
+  std::mt19937_64 rng(20261207);
+  int read = 0, refused = 0;
+  for (int i = 0; i < kCases; ++i) {
+    const std::string text = mutate(doc, rng);
+    try {
+      const std::string written = stepRecordJson(readStepRecord(text, "fuzz.json"));
+      EXPECT_EQ(stepRecordJson(readStepRecord(written, "again.json")), written) << "case " << i << "\n" << text;
+      ++read;
+    } catch (const c10::Error& e) {
+      const std::string message = e.what_without_backtrace();
+      EXPECT_EQ(message.rfind("hpac: step record fuzz.json: ", 0), 0u) << "case " << i << ": " << message;
+      ++refused;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "case " << i << ": an exception escaped the reader: " << e.what() << "\n--- input ---\n" << text;
+    }
+  }
+  std::cout << "plan_v2.json: " << kCases << " mutated records, " << read << " read, " << refused << " refused\n";
+  EXPECT_GT(refused, kCases / 10);
+  EXPECT_GT(read, 0);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// The text formatters of replay/text_format.h: JSON string literals and
+// The text formatters of policy/text_format.h: JSON string literals and
 // arrays, and the comma-separated name lists of messages.
-#include "replay/text_format.h"
+#include "policy/text_format.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 # YAML config, the model registry, the op-name syntax of save lists (test/fuzz/).
 # Usage: tools/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
 #   SECONDS_PER_TARGET  default 30 (tools/test.sh's seeded short run)
-#   TARGET              config, registry, op_name (default: all three)
+#   TARGET              config, registry, op_name, step_record (default: all four)
 # Needs an hpac build against pip torch (tools/build.sh; HPAC_BUILD_DIR, default
 # build/): the parsers are compiled here, instrumented; the rest is linked from
 # it. Builds into <build>-fuzz/. Each target starts from its checked-in corpus
@@ -16,7 +16,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-30}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(config registry op_name)
+[ ${#targets[@]} -gt 0 ] || targets=(config registry op_name step_record)
 build=${HPAC_BUILD_DIR:-$root/build}
 out=$build-fuzz
 jobs=${HPAC_JOBS:-$(nproc)}

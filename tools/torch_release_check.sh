@@ -10,7 +10,7 @@
 #     test/package/wheel_smoke.py (a checkpointed step under each policy, bitwise equal to off; hpac.hf); then the
 #     self-contained wheel (pip wheel, tools/packaging/repair_wheel.sh: auditwheel, torch's libraries excluded) and
 #     its manylinux tag;
-#  5. one entry per VERSION in bench/results/torch_releases.json (README "Compatibility" shows it), and a summary.
+#  5. one entry per VERSION in bench/results/torch_releases.json (docs/compatibility.md shows it), and a summary.
 # A CUDA wheel (PyPI's default torch) builds on a machine without a GPU: tools/cmake/hpacTorchCuda.cmake points its
 # CMake config at a CUDA toolkit found here and at the libnvrtc of the nvidia wheel beside torch.
 # Where pip's configuration constrains torch below VERSION (a machine whose local wheels cap it), that constraint

@@ -37,7 +37,8 @@ import hpac.harness.compare as hc
 from hpac.harness.blocks import Block
 from hpac.harness.parity import compare
 
-from bench.common import CONFIG, RESULTS, Run, torch_at_least
+from bench.common import CONFIG, RESULTS, torch_at_least
+from bench.common.frontier import start_results
 from bench.common.plotting import plot
 from bench.common.timing import measure
 
@@ -224,14 +225,6 @@ def against_target(rows):
          "time_vs_full": best["ms_median"] / full["ms_median"]} if best else
         {"budget": None, "fastest_budget_time_vs_full": closest["ms_median"] / full["ms_median"]})
     return out
-
-
-def start_results(name, out, steps, compile_steps, budgets):
-    """A frontier run's results: (data, log(msg), save()); tensor memory tracked from here on, and save() writes what
-    was measured so far (after every group of rows: a run stopped early leaves what it measured)."""
-    hpac.track_memory()
-    run = Run(name, out, steps=steps, compile_steps=compile_steps, budgets=list(budgets), models={})
-    return run.data, run.log, run.save
 
 
 def main():

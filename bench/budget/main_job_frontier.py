@@ -5,11 +5,12 @@ every decoder layer its own checkpoint under hpac's own frame (hpac.checkpoint_w
 recompute and its recompute stops early, Note [The recompute stops early]). Modes: off, full, the fixed selective
 policy, and per budget fraction two plans: hpac's (profiled over --profiles forwards, planned with Note [The
 recompute's fixed cost]) and the exact optimum of the planner's additive objective (the MILP of
-test/python/plan_oracle.py, Note [An exact oracle for the planner]) for the same profile, both written as plan files
-and replayed by hpac (bench/budget/plan_oracle.py's plan_files). Every model runs one step per round, the order rotated
-each round, after one warm-up round; per step: CPU time of the one thread (torch.set_num_threads(1),
-time.thread_time: stable on a shared machine, where wall time is not) of forward + backward, and the peak of CPU
-tensor bytes above the step's start (hpac's tracking allocator); gradients against off's, bit for bit.
+hpac.harness.plan_oracle, Note [An exact oracle for the planner]) for the same profile, both written as plan files
+and replayed by hpac (bench.common.oracle_plans's plan_files, which bench/budget/plan_oracle.py uses too). Every
+model runs one step per round, the order rotated each round, after one warm-up round; per step: CPU time of the one
+thread (torch.set_num_threads(1), time.thread_time: stable on a shared machine, where wall time is not) of forward +
+backward, and the peak of CPU tensor bytes above the step's start (hpac's tracking allocator); gradients against
+off's, bit for bit.
 
 The frontier off / full / selective span: the piecewise-linear curve through those of the three that no other of
 them beats on both peak and time, sorted by peak. A budget point is on or beyond it when its median step time is at
@@ -27,6 +28,8 @@ import tempfile
 import time
 
 from bench.common import CONFIG, RESULTS, ROOT, environment, write_json
+from bench.common.oracle_plans import plan_files
+
 DEFAULT_OUT = os.path.join(RESULTS, "main_job_frontier.json")
 FIXED = ("off", "full", "selective")
 
@@ -52,7 +55,7 @@ def parse_args(argv):
 
 def measured_step(model, ids):
     """(thread CPU seconds of forward + backward, peak tensor bytes above the step's start, gradients):
-    bench/budget/budget_frontier.py's timed_step on the thread's clock."""
+    bench.common.timing's timed_step on the thread's clock."""
     from bench.common.timing import timed_step
     seconds, peak, _ = timed_step(model, lambda m, x: m(input_ids=x, labels=x, use_cache=False).loss, ids,
                                   clock=time.thread_time)
@@ -106,7 +109,6 @@ def main(argv=None):
     import hpac.harness.compare as hc
     import hpac.harness.models as hm
     from hpac.harness.parity import compare
-    import bench.budget.plan_oracle as oracle
     torch.set_num_threads(1)
     hpac.track_memory()
     started = time.perf_counter()
@@ -129,7 +131,7 @@ def main(argv=None):
     tmp = tempfile.mkdtemp(prefix="hpac-main-job-frontier-")
     predicted, regions = {}, {}
     for fraction in args.budgets:
-        plans, pred, regs = oracle.plan_files(base, fraction, batch, args.profiles, tmp)
+        plans, pred, regs = plan_files(base, fraction, batch, args.profiles, tmp)
         for kind in ("hpac", "optimum"):
             name = f"{kind}:{fraction}"
             predicted[name] = dict(pred[kind])

@@ -24,7 +24,7 @@ and layer counts, beside its measured peaks, and at 48 layers beside the line it
     .venv/bin/python -m bench.budget.meta_plan --scale --layers-line --out bench/results/meta_plan_scale.json
     .venv/bin/python -m bench.budget.meta_plan --plot docs/results_meta_plan.png --out bench/results/meta_plan_scale.json
 (--plot alone draws one plan of the --out JSON's scale runs, --plot-key batch_1, batch_2 (default; the layout whose
-plan checkpoints) or seed_table/16/24GiB, with hpac._plan.plot, as `python -m hpac plan --plot` draws a plan.)
+plan checkpoints) or seed_table/16/24GiB, with hpac.plan.plot, as `python -m hpac plan --plot` draws a plan.)
 (GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296 for the real runs.)
 """
 import argparse
@@ -56,7 +56,8 @@ def _yaml(args, folder, layers=None, seq=None, batch=None, experts=None, vocab=N
 
 def plan_cli(config, target, out, world=1, modes=""):
     """`python -m hpac plan` in its own process: (the plan, wall seconds, the child's peak RSS in bytes)."""
-    cmd = [sys.executable, "-m", "hpac", "plan", config, "--memory-target", str(target), "--device", DEVICE,
+    size = f"{target}B" if isinstance(target, int) else str(target)  # Note [One size grammar]: a unit, always
+    cmd = [sys.executable, "-m", "hpac", "plan", config, "--memory-target", size, "--device", DEVICE,
            "--world-size", str(world), "--out", out, "--quiet"] + (["--modes", modes] if modes else [])
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as err:
@@ -76,17 +77,17 @@ def child(kind, config, arg, warmup, steps):
     """In a process of its own: a real run of `config` applying plan file `arg` (kind 'apply') or planning itself for
     target bytes `arg` (kind 'target'); JSON on stdout."""
     import torch
-    import bench.budget.memory_target as mt
+    from bench.common.config_run import run
     import hpac
     import hpac.hf as hf
     torch.set_num_threads(1)
     hpac.track_memory()
     base = hf.load_config(config)
     if kind == "apply":
-        r = mt.run(base, f"plan:{arg}", warmup, steps)
+        r = run(base, f"plan:{arg}", warmup, steps)
     else:
         base = dict(base, activation_checkpoint=dict(base["activation_checkpoint"], cost="estimated"))
-        r = mt.run(base, f"target:{arg}", warmup, steps)
+        r = run(base, f"target:{arg}", warmup, steps)
     r.pop("memtracker", None)
     print(json.dumps(r))
 
@@ -240,7 +241,7 @@ def main():
     ap.add_argument("--plot-key", default="batch_2")
     args = ap.parse_args()
     if args.plot and not (args.check or args.scale or args.layers_line):
-        import hpac._plan as plan
+        import hpac.plan as plan
         with open(args.out) as f:
             entry = json.load(f)["scale"]
         for key in args.plot_key.split("/"):

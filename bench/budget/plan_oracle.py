@@ -1,5 +1,5 @@
 """hpac's budget plans beside the exact optimum of the planner's additive objective (Note [An exact oracle for the
-planner], policy/budget_plan.h; the MILP of test/python/plan_oracle.py, scipy's milp), on the main job's model (the
+planner], policy/budget_plan.h; the MILP of hpac.harness.plan_oracle, scipy's milp), on the main job's model (the
 transformers Qwen3MoeForCausalLM of examples/training_demo/train.yaml), every decoder layer its own region.
 
 Per budget: each layer's region is profiled (--profiles forwards, measured cost, the plan from the median) and
@@ -17,7 +17,6 @@ off (bit for bit). Written to bench/results/plan_oracle.json.
 """
 import argparse
 import copy
-import gc
 import json
 import os
 import statistics
@@ -26,22 +25,7 @@ import tempfile
 import time
 
 from bench.common import CONFIG, RESULTS, ROOT, environment
-
-
-def timed_step(model, ids):
-    """(forward s, backward s, gradients) of one step."""
-    model.zero_grad(set_to_none=True)
-    gc.collect()
-    gc.disable()
-    try:
-        t0 = time.perf_counter()
-        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
-        t1 = time.perf_counter()
-        loss.backward()
-        t2 = time.perf_counter()
-    finally:
-        gc.enable()
-    return t1 - t0, t2 - t1, [p.grad for p in model.parameters()]
+from bench.common.oracle_plans import plan_files, split_step
 
 
 def parse_args():
@@ -61,38 +45,6 @@ def parse_args():
     return args
 
 
-def plan_files(base, fraction, batch, profiles, tmp):
-    """Profiles a copy of `base`, every layer its own budget region, and writes three plans per layer: hpac's, the
-    MILP's optimum and hpac's additive knapsack alone. Returns ({name: [plan path per layer]}, {name: predicted
-    figures summed over the layers}, the regions)."""
-    import hpac
-    import hpac.harness.plan_oracle as plan_oracle
-    profiled = copy.deepcopy(base)
-    regions = [hpac.budget(fraction, profile_invocations=profiles) for _ in profiled.model.layers]
-    for layer, b in zip(profiled.model.layers, regions):
-        hpac.checkpoint_wrapper(layer, policy=b)
-    for step in range(profiles):
-        timed_step(profiled, batch(step))
-    plans = {"hpac": [], "optimum": [], "hpac_additive": []}
-    predicted = {k: {"additive_micros": 0.0, "dataflow_micros": 0.0, "kept_bytes": 0} for k in plans}
-    for i, b in enumerate(regions):
-        g = plan_oracle.region_groups(b)
-        additive = plan_oracle.knapsack_keep(g["bytes"], g["micros"], g["collective"], b.status()["budget_bytes"])
-        texts = {"hpac": b._region.plan_text(), "optimum": plan_oracle.optimal_plan_text(b),
-                 "hpac_additive": b._region.plan_text_keeping([int(k) for k in additive])}
-        for name, text in texts.items():
-            path = os.path.join(tmp, f"{fraction}-{name}-{i}.plan")
-            with open(path, "w") as f:
-                f.write(text)
-            plans[name].append(path)
-            save = [int(r["decision"] == "keep") for r in plan_oracle.plan_decisions(text)]
-            keep = plan_oracle.keep_of_save(save, g["group_of"], len(g["bytes"]))
-            predicted[name]["additive_micros"] += plan_oracle.recompute_micros(keep, g["micros"])
-            predicted[name]["dataflow_micros"] += plan_oracle.plan_recompute_micros(text)
-            predicted[name]["kept_bytes"] += plan_oracle.kept_bytes(keep, g["bytes"], g["collective"])
-    return plans, predicted, regions
-
-
 def replay(base, plans, batch, steps):
     """Off and every plan (replayed from its files) on their own copies of `base`, interleaved, the order rotated
     every step, one warm-up step. Returns ({name: {"forward": [s], "backward": [s]}}, {name: gradients bit for bit
@@ -110,7 +62,7 @@ def replay(base, plans, batch, steps):
     for step in range(steps + 1):
         grads = {}
         for name in hc.rotated(list(models), step):
-            fwd, bwd, grads[name] = timed_step(models[name], batch(step))
+            fwd, bwd, grads[name] = split_step(models[name], batch(step))
             if step:
                 times[name]["forward"].append(fwd)
                 times[name]["backward"].append(bwd)

@@ -7,8 +7,10 @@ the JSON as a run goes (a run stopped early leaves what it measured).
     run.data["rows"] = rows; run.save()            # rewrites the JSON, with the load average and wall time so far
 
 The header's fields are spelled one way for every benchmark (Note [One environment header]). The timing loop is
-bench.common.timing's, the frontier plot bench.common.plotting's, the report machinery bench.common.report's. This
-module imports only the standard library: bench.report (the docs' figures) runs under any python3.
+bench.common.timing's, the frontier plot bench.common.plotting's, the report machinery bench.common.report's; what a
+few benchmarks share has a module named for it (frontier, oracle_plans, config_run, target_shapes and
+target_shapes_table): benchmarks never import each other (bench/README.md). This module imports only the standard
+library: bench.report (the docs' figures) runs under any python3.
 
 Note [One environment header]
 -----------------------------

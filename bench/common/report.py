@@ -1,6 +1,6 @@
 """What every report section shares (python3 -m bench.report is the command; bench/<area>/*_report.py the sections):
-reading bench/results/*.json, Google Benchmark rows, number formatting, the generated regions of docs/*.md and
-README.md, the --write/--check machinery and the check that no measured figure stands outside a region.
+reading bench/results/*.json, Google Benchmark rows and medians, number formatting, the generated regions of
+docs/*.md and README.md, the --write/--check machinery and the check that no measured figure stands outside a region.
 
 A section is a function of the results directory that returns the region's lines; bench.report.SECTIONS maps
 each region name to its section. Only the Python standard library.
@@ -35,6 +35,12 @@ def rows(data, pattern):
         if m and b.get("run_type") != "aggregate":
             out.append((m, b))
     return out
+
+
+def medians(data):
+    """{benchmark: ns_per_op} of a Google Benchmark JSON's median aggregates (each name's "_median" taken off)."""
+    return {b["name"].replace("_median", ""): b["ns_per_op"] for b in data["benchmarks"]
+            if b["name"].endswith("_median")}
 
 
 def span(values, fmt="{:.2f}"):

@@ -1,14 +1,10 @@
 """docs/results.md "Per-op overhead" (section overhead), from bench/results/overhead.json: the Google Benchmark
 output of bench/cpp/overhead_benchmark.cpp (hpac_bench_overhead), median of 7 repetitions per variant."""
-from bench.common.report import load
-
-
-def overhead_medians(d):
-    return {b["name"].replace("_median", ""): b["ns_per_op"] for b in d["benchmarks"] if b["name"].endswith("_median")}
+from bench.common.report import load, medians
 
 
 def overhead(r):
-    med = overhead_medians(load(r, "overhead.json"))
+    med = medians(load(r, "overhead.json"))
     a = med["BM_Add_NotLoaded"]
     out = ["| variant | ns/op (median of 7) | vs (a) |", "|---|---:|---:|"]
     for key, label in [("BM_Add_NotLoaded", "(a) hpac not loaded"), ("BM_Add_LoadedNoRegion", "(b) loaded, no region"),

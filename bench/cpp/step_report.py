@@ -6,8 +6,7 @@ bench/cpp/train_step_benchmark.cpp, the same table for both):
     key_ratios   the figures of the key ratios (inline), from overhead.json, step.json, train_step.json, peer.json
     scale        what differs from the reference's scale, from step.json and train_step.json
 """
-from bench.cpp.overhead_report import overhead_medians
-from bench.common.report import load, rows, span
+from bench.common.report import load, medians, rows, span
 
 
 STEP = r"BM_Step/seq:(\d+)/layers:(\d+)"
@@ -36,7 +35,7 @@ def train_step(r):
 
 def key_ratios(r):
     """The figures of docs/results.md's key ratios, quoted in its own prose (<!-- fig key_ratios.KEY -->)."""
-    med = overhead_medians(load(r, "overhead.json"))
+    med = medians(load(r, "overhead.json"))
     a, b, c, dd = (med[k] for k in ("BM_Add_NotLoaded", "BM_Add_LoadedNoRegion", "BM_Add_RegionForward",
                                      "BM_Add_RegionServe"))
     block = {(int(m.group(1)), int(m.group(2))): x for m, x in rows(load(r, "step.json"), STEP)}

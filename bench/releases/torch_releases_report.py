@@ -1,10 +1,10 @@
-"""README "Compatibility" (section torch_releases), from bench/results/torch_releases.json
+"""docs/compatibility.md (section torch_releases), from bench/results/torch_releases.json
 (tools/torch_release_check.sh VERSION)."""
 from bench.common.report import load
 
 
 def torch_releases(r):
-    """README "Compatibility": current torch releases from pip, one row each (tools/torch_release_check.sh VERSION)."""
+    """docs/compatibility.md: current torch releases from pip, one row each (tools/torch_release_check.sh VERSION)."""
     d = load(r, "torch_releases.json")
     out = ["| torch (pip) | build | configure; build (core + Python, jobs) | CTest entries passed | pytest passed / failed "
            "/ skipped | `pip install --no-build-isolation .`, `python -m hpac`, wheel smoke | run |",

@@ -39,7 +39,7 @@ import hpac.harness.compare as hc
 import hpac.harness.models as hm
 
 from bench.common import RESULTS
-import bench.budget.budget_frontier as budget_frontier
+from bench.common.frontier import start_results
 from bench.common.plotting import plot
 from bench.common.timing import timed_step
 
@@ -239,7 +239,7 @@ def main():
                  "context_fn:<f> (f in [0, 1])")
     if min([a.layers, a.vocab, a.steps, a.compile_steps] + seqs) < 1:
         ap.error("--layers, --vocab, --steps, --compile-steps and --seqs must be positive integers")
-    data, log, save = budget_frontier.start_results("frontier_30b", a.out, a.steps, a.compile_steps, FRACTIONS)
+    data, log, save = start_results("frontier_30b", a.out, a.steps, a.compile_steps, FRACTIONS)
     for dtype in dtypes:
         for seq in seqs:
             label = f"qwen3_30b_a3b_{a.layers}L_seq{seq}_{dtype}"

@@ -42,9 +42,11 @@ import types
 import torch
 
 import hpac
+from hpac.harness.stats import Memory
 
-from bench.common import environment
-import bench.scale.target_shapes as ts
+from bench.common import environment, write_json
+import bench.common.target_shapes as ts
+from bench.common.target_shapes_table import target_shapes_table
 
 SECTIONS = ("core", "target_shapes", "sac_peer", "planner", "memory_target")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -89,7 +91,7 @@ def save_matmuls_policy(ctx, op, *args, **kwargs):
 # ---- core ------------------------------------------------------------------------------------------------------------
 def core(a, log):
     from hpac.harness.blocks import Block
-    device, memory = a.device, ts.Memory(a.device)
+    device, memory = a.device, Memory(a.device)
     dims = dict(hidden=64, heads=4, experts=4, inter=32, seq=32) if a.dry_run else \
         dict(hidden=1024, heads=8, experts=8, inter=512, seq=1024)
     torch.manual_seed(0)
@@ -194,11 +196,10 @@ def target_options(a, **over):
 
 
 def target_shapes(a, log):
-    from bench.scale.target_shapes_report import target_shapes_table
     o = target_options(a)
     o.out = os.path.join(a.out, "target_shapes.json")
     data = ts.run(o, [int(x) for x in o.layers.split(",")], log=log)
-    ts.write(data, o.out)
+    write_json(o.out, data)
     table = target_shapes_table(data)
     with open(os.path.join(a.out, "target_shapes.md"), "w") as f:
         f.write("\n".join(table) + "\n")
@@ -251,7 +252,7 @@ def interleaved(model, ids, memory, apply, methods, steps, log, label):
 def sac_peer(a, log):
     import hpac.hf as hf
     from torch.utils.checkpoint import create_selective_checkpoint_contexts as torch_contexts
-    memory = ts.Memory(a.device)
+    memory = Memory(a.device)
     model, ids = target_model(a, 2)
     contexts = {"torch_sac": torch_contexts, "hpac": hpac.create_selective_checkpoint_contexts}
 
@@ -280,7 +281,7 @@ def sac_peer(a, log):
 
 
 def planner(a, log):
-    memory = ts.Memory(a.device)
+    memory = Memory(a.device)
     model, ids = target_model(a, 2)
     fractions = (0.25, 0.5)
     budgets = {f"{cost}:{f}": [hpac.budget(f, cost=cost) for _ in model.model.layers]
@@ -314,7 +315,7 @@ def planner(a, log):
 def _target_steps(a, mode, target=None, steps=4):
     """Step peaks (absolute, the step's own device) of one fresh target-shaped model under `mode`, with its losses
     and, for a target, the MemoryTarget's report."""
-    memory = ts.Memory(a.device)  # on CPU: hpac's tracker before the model is built (the target counts absolute bytes)
+    memory = Memory(a.device)  # on CPU: hpac's tracker before the model is built (the target counts absolute bytes)
     model, ids = target_model(a, 2)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     fitted = None

@@ -78,8 +78,11 @@ def test_a_plain_model_fits_its_target_and_trains_as_off():
 
 
 @pytest.mark.parametrize("target, message", [
-    ("70GB", r"'70GB' is not a size; allowed: .*B, KiB, MiB or GiB"),
-    ("0MiB", r"'0MiB' is not above zero"),
+    # Note [One size grammar] (policy/byte_size.h): the YAML's messages, word for word
+    ("70GB", r"'70GB' has unit 'GB'; allowed: .*B, KiB, MiB, GiB or TiB"),
+    ("0MiB", r"'0MiB' is zero bytes"),
+    ("1000", r"'1000' is a plain number; the target is bytes with a unit"),
+    ("1e3GiB", r"'1e3GiB' is not a size"),
     (-5, r"-5 is not above zero"),
     (1.5, r"1\.5 is a float"),
 ])

@@ -78,7 +78,7 @@ TEST(TrainerBudgetConfig, CostIsMeasuredOrEstimated) {
 
 TEST(TrainerBudgetConfig, BadBudgetsNamePositionValueAndWhatIsAllowed) {
   const std::string allowed = "allowed: a fraction in [0, 1] of what the region keeps with checkpointing off (0.3), "
-                              "or bytes per region with a unit: B, KiB, MiB or GiB (64MiB)";
+                              "or bytes per region with a unit: B, KiB, MiB, GiB or TiB (64MiB)";
   const std::pair<const char*, const char*> bad[] = {
       {"1.5", "'1.5' is outside [0, 1] (a plain number is a fraction; give bytes with a unit)"},
       {"-0.25", "'-0.25' is outside [0, 1]"},
@@ -296,7 +296,7 @@ TEST(TrainerMemoryTarget, HoldsTheTargetAndTrainsAsOff) {
     ASSERT_GE(uniform.size(), 2u);
     off_peak = uniform[0].first;  // every layer unwrapped
     floor = uniform[1].first;     // every layer at budget 0
-    for (const StepLayerPlan& p : (*t)->memoryTarget()->target().layerPlans()) EXPECT_FALSE(p.checkpointed);
+    for (const LayerPlan& p : (*t)->memoryTarget()->target().layerPlans()) EXPECT_FALSE(p.checkpointed);
   }
   ASSERT_LT(floor, off_peak);
   const int64_t target = (floor + off_peak) / 2;
@@ -311,7 +311,7 @@ TEST(TrainerMemoryTarget, HoldsTheTargetAndTrainsAsOff) {
   const auto& history = st.history();
   ASSERT_EQ(history.size(), static_cast<size_t>(kTargetSteps));  // each step closes when its optimizer step ends
   int64_t checkpointed = 0;
-  for (const StepLayerPlan& p : st.layerPlans()) checkpointed += p.checkpointed;
+  for (const LayerPlan& p : st.layerPlans()) checkpointed += p.checkpointed;
   EXPECT_GT(checkpointed, 0);
   for (size_t k = 2; k < history.size(); ++k) {  // after the first planned step (history[1]) and its replan
     EXPECT_LE(history[k].measured_bytes, target) << "step " << history[k].step;

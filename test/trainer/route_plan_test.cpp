@@ -41,7 +41,7 @@ void expectMessages(const RoutePlan& plan, const YAML::Node& expected) {
 void expectLayers(const RoutePlan& plan, const YAML::Node& expected) {
   ASSERT_EQ(plan.layers.size(), expected.size());
   for (size_t i = 0; i < plan.layers.size(); ++i) {
-    const LayerPlan& l = plan.layers[i];
+    const LayerRoute& l = plan.layers[i];
     EXPECT_EQ(toString(l.mode), expected[i][0].as<std::string>()) << "layer " << i;
     EXPECT_EQ(toString(l.layer), expected[i][1].as<std::string>()) << "layer " << i;
     EXPECT_EQ(l.native, expected[i][2].as<bool>()) << "layer " << i;
@@ -117,7 +117,7 @@ TEST(RoutePlan, ThePlanAsJsonCarriesEveryDecision) {
   plan.full_route = FullRoute::kCompile;
   plan.full_route_reason = "compile is on";
   plan.use_cache_off = {"config"};
-  LayerPlan l;
+  LayerRoute l;
   l.path = "model.layers.0";
   l.mode = CheckpointMode::kFull;
   l.submodules = {"self_attn", "mlp"};

@@ -3,7 +3,8 @@
 #include "tools/trainer/yaml_reader.h"
 
 #include "policy/policy_kind.h"
-#include "replay/text_format.h"
+#include "policy/byte_size.h"
+#include "policy/text_format.h"
 
 #include "absl/strings/str_cat.h"
 
@@ -22,10 +23,8 @@ namespace {
 constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
 constexpr const char* kMemoryBudgetAllowed =
     "allowed: a fraction in [0, 1] of what the region keeps with checkpointing off (0.3), or bytes per region with "
-    "a unit: B, KiB, MiB or GiB (64MiB)";
+    "a unit: B, KiB, MiB, GiB or TiB (64MiB)";
 
-constexpr const char* kMemoryTargetAllowed =
-    "allowed: the most tensor bytes one rank may hold during a step, > 0, with a unit: B, KiB, MiB or GiB (70GiB)";
 
 // The policy kinds activation_checkpoint.policy takes: what mode selective can run (policy/policy_kind.h).
 const std::vector<std::string>& selectivePolicyKinds() {
@@ -488,62 +487,40 @@ absl::StatusOr<ModelSpec> modelPreset(const std::string& name) {
   return it->second;
 }
 
+// Note [One size grammar] (policy/byte_size.h): a plain number is memory_budget's fraction, anything else a size.
 absl::StatusOr<MemoryBudget> parseMemoryBudget(const std::string& text) {
   MemoryBudget b;
   b.text = text;
-  const char* begin = text.c_str();
-  char* end = nullptr;
-  errno = 0;
-  const double value = std::strtod(begin, &end);
-  if (text.empty() || end == begin || errno == ERANGE || !std::isfinite(value) ||
-      std::isspace(static_cast<unsigned char>(text[0]))) {
-    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a fraction or a size; ", kMemoryBudgetAllowed));
-  }
-  const std::string unit(end);
-  if (unit.empty()) {
-    if (!(value >= 0 && value <= 1)) {
+  const ByteSize size = parseByteSize(text);
+  const bool plain = size.unit.empty() &&
+                     (size.error == ByteSizeError::kPlainNumber || size.error == ByteSizeError::kNegative);
+  if (plain) {
+    if (!(size.number >= 0 && size.number <= 1)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "'", text, "' is outside [0, 1] (a plain number is a fraction; give bytes with a unit); ",
           kMemoryBudgetAllowed));
     }
-    b.fraction = value;
+    b.fraction = size.number;
     return b;
   }
-  const std::map<std::string, double> units = {{"B", 1.0}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
-  auto it = units.find(unit);
-  if (it == units.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("'", text, "' has unit '", unit, "'; ", kMemoryBudgetAllowed));
+  if (size.error == ByteSizeError::kNotASize) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a fraction or a size; ", kMemoryBudgetAllowed));
   }
-  if (value < 0) return absl::InvalidArgumentError(absl::StrCat("'", text, "' is negative; ", kMemoryBudgetAllowed));
-  const double bytes = std::floor(value * it->second);
-  if (bytes > static_cast<double>(std::numeric_limits<int64_t>::max() / 2)) {
-    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is too large; ", kMemoryBudgetAllowed));
+  if (size.error != ByteSizeError::kOk) {
+    return absl::InvalidArgumentError(absl::StrCat(byteSizeProblem(text, size), "; ", kMemoryBudgetAllowed));
   }
-  b.bytes = static_cast<int64_t>(bytes);
+  b.bytes = size.bytes;
   return b;
 }
 
 absl::StatusOr<MemoryBudget> parseMemoryTarget(const std::string& text) {
-  absl::StatusOr<MemoryBudget> parsed = parseMemoryBudget(text);
-  if ((parsed.ok() && parsed->fraction >= 0) ||
-      (!parsed.ok() && parsed.status().message().find("outside [0, 1]") != absl::string_view::npos)) {
-    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is a plain number; the target is bytes with a unit (a "
-                                                   "fraction is memory_budget's); ", kMemoryTargetAllowed));
-  }
-  if (!parsed.ok()) {
-    const absl::string_view m = parsed.status().message();
-    if (m.find("has unit") == absl::string_view::npos && m.find("negative") == absl::string_view::npos &&
-        m.find("too large") == absl::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a size; ", kMemoryTargetAllowed));
-    }
-    const std::string message(parsed.status().message());
-    return absl::InvalidArgumentError(absl::StrCat(message.substr(0, message.find("; allowed")), "; ",
-                                                   kMemoryTargetAllowed));
-  }
-  if (parsed->bytes <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is zero bytes; ", kMemoryTargetAllowed));
-  }
-  return parsed;
+  std::string error;
+  const int64_t bytes = hpac::parseMemoryTarget(text, &error);
+  if (bytes < 0) return absl::InvalidArgumentError(error);
+  MemoryBudget b;
+  b.text = text;
+  b.bytes = bytes;
+  return b;
 }
 
 bool ActivationCheckpointSpec::usesBudget() const {

@@ -22,7 +22,7 @@
 #include "tools/trainer/registry.h"
 #include "tools/trainer/route_plan_json.h"
 
-#include "replay/text_format.h"
+#include "policy/text_format.h"
 
 #include "absl/strings/str_cat.h"
 

@@ -1,24 +1,23 @@
 // hpac/tools/trainer/memory_target.h
 //
-// activation_checkpoint.memory_target in the C++ Trainer: the front-end of
-// StepTarget (policy/step_target.h), as plugin/python/hpac/_target.py is
-// Python's. It marks the step's boundaries — Trainer::step's start and the
+// activation_checkpoint.memory_target in the C++ Trainer: the hooks that call
+// StepDriver (policy/step_driver.h) with the tracking allocator's numbers, as
+// plugin/python/hpac/_target.py's are Python's. Trainer::step's start and the
 // optimizer step's end, each target layer's runLayer, and tensor hooks that
 // fire when a layer output's gradient arrives (that layer's backward starts)
-// or the first layer input's (the layers' backward ended) — reads the tracking
-// allocator's live bytes and its event peak (TrackingAllocator::takeEventPeak),
-// and switches each layer between its budget region and no checkpoint as the
-// plan says. One rank (the parallel Trainer refuses it: hpac.hf plans several
-// ranks together). Not thread-safe: the training thread only.
+// or the first layer input's (the layers' backward ended); each layer runs in
+// its budget region or unwrapped as the driver's plan says. The tensor hooks
+// hold the front weakly; the layers own it (shared_ptr), as the Python model
+// owns its target. One rank (the parallel Trainer refuses it: hpac.hf plans
+// several ranks together). Not thread-safe: the training thread only.
 #pragma once
 
-#include "policy/step_target.h"
+#include "policy/step_driver.h"
 
 #include <ATen/core/Tensor.h>
 
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,19 +37,17 @@ class MemoryTargetFront : public std::enable_shared_from_this<MemoryTargetFront>
   void layerBegin(int64_t i, const std::vector<at::Tensor>& inputs);
   void layerEnd(int64_t i, const std::vector<at::Tensor>& outputs);
   // Whether the plan checkpoints layer i (every layer does in the profile step).
-  bool checkpointed(int64_t i) const;
+  bool checkpointed(int64_t i) const { return driver_.checkpointed(i); }
 
-  const StepTarget& target() const { return *target_; }
+  const StepTarget& target() const { return driver_.target(); }
 
  private:
-  void mark(std::optional<StepEventKey> next);
   void say(const std::vector<StepMessage>& messages) const;
-  void hookBackward(const at::Tensor& t, StepEventKey event);
+  template <typename Mark>
+  void hookBackward(const at::Tensor& t, Mark mark);
 
-  std::unique_ptr<StepTarget> target_;
+  StepDriver driver_;
   Log log_;
-  std::optional<StepEventKey> open_;
-  int64_t layers_ = 0;
 };
 
 }  // namespace hpac::trainer

@@ -1,6 +1,6 @@
 #include "tools/trainer/route_plan.h"
 
-#include "replay/text_format.h"
+#include "policy/text_format.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -64,10 +64,10 @@ absl::Status checkPlanEntries(const ActivationCheckpointSpec& ac, const ModelFac
 }
 
 // Budget plans from eager profiles of the layer, which compiled code never runs.
-absl::Status checkCompiledBudget(const RouteFacts& f, const std::vector<LayerPlan>& layers) {
+absl::Status checkCompiledBudget(const RouteFacts& f, const std::vector<LayerRoute>& layers) {
   if (!f.compile || !f.compiles_layers) return absl::OkStatus();
   std::vector<int64_t> budgeted;
-  for (const LayerPlan& p : layers) {
+  for (const LayerRoute& p : layers) {
     if (p.mode == CheckpointMode::kBudget) budgeted.push_back(p.index);
   }
   if (budgeted.empty()) return absl::OkStatus();
@@ -128,7 +128,7 @@ void planFullRoute(const RouteFacts& f, const ModelFacts& m, RoutePlan& plan, Me
 }
 
 // What one non-off layer gets: a whole-layer checkpoint, the native path, or full checkpoints of some children.
-void planLayer(const LayerFacts& facts, const AliasLists& a, const RoutePlan& plan, LayerPlan& p,
+void planLayer(const LayerFacts& facts, const AliasLists& a, const RoutePlan& plan, LayerRoute& p,
                bool& warned_degrade, Messages& log) {
   if (isPolicyMode(p.mode) && !plan.kv_sharing) {
     p.layer = p.mode;  // one region per layer: each profiles and plans its own forward (MoE routing differs)
@@ -190,7 +190,7 @@ absl::StatusOr<RoutePlan> planRoutes(const RouteFacts& f) {
   if (absl::Status s = checkPlanEntries(ac, m); !s.ok()) return s;
   planKvSharing(m, plan, log);
   for (const LayerFacts& l : m.layers) {
-    LayerPlan p;
+    LayerRoute p;
     p.path = l.path;
     p.index = l.index;
     p.role = l.role;
@@ -203,7 +203,7 @@ absl::StatusOr<RoutePlan> planRoutes(const RouteFacts& f) {
   bool warned_degrade = false;
   int64_t planned = 0;
   for (size_t i = 0; i < plan.layers.size(); ++i) {
-    LayerPlan& p = plan.layers[i];
+    LayerRoute& p = plan.layers[i];
     if (p.mode == CheckpointMode::kOff) continue;
     ++planned;
     if (!m.layers[i].has_seam) {

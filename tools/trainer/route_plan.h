@@ -90,7 +90,7 @@ struct RouteFacts {
   std::optional<ModelFacts> model;
 };
 
-struct LayerPlan {
+struct LayerRoute {
   std::string path;
   int64_t index = 0;
   Role role = Role::kLanguage;
@@ -109,7 +109,7 @@ struct RoutePlan {
   std::vector<std::string> use_cache_off;  // config paths to set use_cache = false on
   std::optional<FullRoute> full_route;     // when some layer is full
   std::string full_route_reason;
-  std::vector<LayerPlan> layers;  // one per discovered layer, in ModelFacts order (empty when untouched)
+  std::vector<LayerRoute> layers;  // one per discovered layer, in ModelFacts order (empty when untouched)
   int64_t layers_wrapped = 0;      // whole-layer checkpoints
   int64_t submodules_wrapped = 0;  // submodule call sites
   std::vector<std::pair<LogLevel, std::string>> messages;  // to log, in order

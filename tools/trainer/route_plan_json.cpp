@@ -1,6 +1,6 @@
 #include "tools/trainer/route_plan_json.h"
 
-#include "replay/text_format.h"
+#include "policy/text_format.h"
 
 #include "absl/strings/str_cat.h"
 
@@ -200,7 +200,7 @@ std::string routePlanJson(const RoutePlan& plan) {
       ", \"full_route_reason\": ", jsonString(plan.full_route_reason), ", \"layers_wrapped\": ", plan.layers_wrapped,
       ", \"submodules_wrapped\": ", plan.submodules_wrapped, ", \"layers\": [");
   for (size_t i = 0; i < plan.layers.size(); ++i) {
-    const LayerPlan& l = plan.layers[i];
+    const LayerRoute& l = plan.layers[i];
     absl::StrAppend(&out, i ? ", " : "", "{\"path\": ", jsonString(l.path), ", \"index\": ", l.index,
                     ", \"role\": ", jsonString(toString(l.role)), ", \"mode\": ", jsonString(toString(l.mode)),
                     ", \"layer\": ", jsonString(toString(l.layer)), ", \"native\": ", l.native ? "true" : "false",

@@ -76,7 +76,7 @@ ModelFacts modelFacts(ZooModel& model, const Discovery& d) {
 }
 
 // The plan's CheckpointSetting of one layer.
-CheckpointSetting settingOf(const LayerPlan& plan, const ActivationCheckpointSpec& ac) {
+CheckpointSetting settingOf(const LayerRoute& plan, const ActivationCheckpointSpec& ac) {
   CheckpointSetting s;
   s.routing = ac.routing;
   s.state_writes = ac.state_writes;
@@ -110,7 +110,7 @@ void apply(const RoutePlan& plan, ZooModel& model, const ActivationCheckpointSpe
   size_t i = 0;
   for (const LayerContainer& c : prep.discovery.containers) {
     for (const LayerRef& l : c.layers) {
-      const LayerPlan& lp = plan.layers.at(i++);
+      const LayerRoute& lp = plan.layers.at(i++);
       PreparedLayer p;
       p.layer = l;
       p.role = c.role;

@@ -1,6 +1,6 @@
 #include "tools/trainer/yaml_reader.h"
 
-#include "replay/text_format.h"
+#include "policy/text_format.h"
 
 #include "absl/strings/str_cat.h"
 

@@ -4,7 +4,7 @@
     python -m hpac --help     the same, with the Python API and the ways to use hpac
     python -m hpac --version  the version alone
     python -m hpac plan CONFIG --memory-target 70GiB [--world-size 8] [--device h100-sxm] [--out plan.json]
-                              a whole step's plan for a machine that is not here (hpac._plan; --help for more)
+                              a whole step's plan for a machine that is not here (hpac.plan; --help for more)
 """
 import argparse
 import sys
@@ -53,8 +53,9 @@ def _config_library() -> str:
 
 
 def plan_main(argv) -> int:
-    """python -m hpac plan CONFIG ...: a whole step's plan made on the meta device (hpac._plan)."""
-    from . import _devices, _plan
+    """python -m hpac plan CONFIG ...: a whole step's plan made on the meta device (hpac.plan)."""
+    from . import _devices
+    from . import plan as _plan
     from ._target import MemoryTargetError
     parser = argparse.ArgumentParser(
         prog="python -m hpac plan",
@@ -63,7 +64,8 @@ def plan_main(argv) -> int:
                     "memory target's steps there, and writes the plan a real run applies with "
                     "activation_checkpoint.plan. Shipped device specs: " + ", ".join(sorted(_devices.SPECS)) + ".")
     parser.add_argument("config", help="the hpac-train YAML (model, train.seq_len, micro_batch, dtype)")
-    parser.add_argument("--memory-target", help="the most bytes one rank may hold, e.g. 70GiB (default: "
+    parser.add_argument("--memory-target", help="the most bytes one rank may hold, a size with a unit: B, KiB, MiB, GiB or TiB, "
+                        "e.g. 70GiB (default: "
                         "activation_checkpoint.memory_target, else the device's memory)")
     parser.add_argument("--world-size", type=int, help="FSDP2 shard degree (default: parallel.dp with fsdp, else 1)")
     parser.add_argument("--device", default="h100-sxm", help="a shipped spec or a YAML file (default: h100-sxm)")
@@ -77,8 +79,8 @@ def plan_main(argv) -> int:
     modes = [m for m in args.modes.split(",") if m]
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     try:
-        target = int(args.memory_target) if args.memory_target and args.memory_target.isdigit() else args.memory_target
-        result = _plan.plan(args.config, target, world_size=args.world_size, device=args.device,
+        # the size as written: Note [One size grammar] (policy/byte_size.h), as the YAML's
+        result = _plan.plan(args.config, args.memory_target, world_size=args.world_size, device=args.device,
                             modes=modes, out=args.out, log=log)
     except (_plan.PlanError, _devices.DeviceSpecError, MemoryTargetError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -2,12 +2,11 @@
 import itertools
 import os
 import weakref
-from typing import TYPE_CHECKING, Dict, List, Optional, Union
+from typing import Dict, List, Optional, Union
 
 import torch
 
-if TYPE_CHECKING:
-    from ._regions import RegionOptions
+from ._region_options import RegionOptions
 
 
 class Budget:
@@ -82,7 +81,7 @@ class Budget:
         with open(os.fspath(path), "w", encoding="utf-8") as f:
             f.write(text)
 
-    def _invocation(self, allow_cache_entry_mutation: bool, options: "RegionOptions"):
+    def _invocation(self, allow_cache_entry_mutation: bool, options: RegionOptions):
         """The C++ invocation of one call of this region, with its RegionOptions (_regions.py)."""
         return self._region.invocation(bool(allow_cache_entry_mutation), *options.flat())
 

@@ -1,5 +1,5 @@
 """The trainer YAML's Qwen3-MoE as a transformers model: Qwen3MoeForCausalLM built from the YAML's `model` section
-with random weights (nothing downloaded). hpac plan builds it on the meta device (hpac._plan); the tests, demo and
+with random weights (nothing downloaded). hpac plan builds it on the meta device (hpac.plan); the tests, demo and
 benchmarks through hpac.harness.models."""
 import torch
 

@@ -1,7 +1,6 @@
 """Regions: one checkpoint call's C++ Invocation and its forward / recompute contexts, and context_fn for
 torch.utils.checkpoint. Under torch.compile the contexts are PyTorch's selective checkpoint modes driven by the same
 C++ policy (_compile.py)."""
-import dataclasses
 import functools
 import inspect
 import itertools
@@ -14,6 +13,7 @@ import torch.utils.checkpoint
 from . import _compile, _policy_fn
 from ._budget import Budget
 from ._field_policies import PolicySpec, policy_kind
+from ._region_options import RegionOptions
 
 # A policy as hpac's Python API takes it: a kind name ("selective", "full", "save_all", "torchtitan"; parsed in C++,
 # policy/policy_kind.h), a PolicySpec (a kind with parameters), None (= "full"), a save list (op names, OpOverloads,
@@ -152,36 +152,6 @@ def _plain_tensors(tensor) -> List[torch.Tensor]:
 
 ROUTING_RULES = ("verify", "save")
 STATE_WRITE_RULES = ("warn", "error", "skip")
-
-
-@dataclasses.dataclass(frozen=True)
-class RegionOptions:
-    """What a checkpoint region does besides its policy: the three options hpac.checkpoint, hpac.context_fn,
-    hpac.Invocation and hpac.checkpoint_wrapper take as keywords, carried as one value between them (and hpac.hf).
-    Checked in C++ when the region's Invocation is made ("'X' is not allowed; allowed: ...").
-
-    Args:
-        routing: "verify" or "save": what hpac does about MoE routing ops in the recompute (Note [Routing is
-            verified], replay/routing_check.h).
-        state_writes: "warn", "error" or "skip": in-place writes to tensors from outside the region in the recompute
-            (Note [State written twice]).
-        respect_saved_tensors_hooks: what the region keeps goes through the saved_tensors_hooks around it (Note
-            [Outer saved-tensor hooks]); False bypasses them.
-    """
-
-    routing: str = "verify"
-    state_writes: str = "warn"
-    respect_saved_tensors_hooks: bool = True
-
-    def __post_init__(self):
-        object.__setattr__(self, "routing", str(self.routing))
-        object.__setattr__(self, "state_writes", str(self.state_writes))
-        object.__setattr__(self, "respect_saved_tensors_hooks", bool(self.respect_saved_tensors_hooks))
-
-    def flat(self) -> Tuple[str, str, bool]:
-        """(routing, state_writes, respect_saved_tensors_hooks): constants, as the C++ constructors and a
-        functools.partial that Dynamo guards on take them (Note [context_fn under torch.compile])."""
-        return self.routing, self.state_writes, self.respect_saved_tensors_hooks
 
 
 class Invocation:

@@ -18,7 +18,7 @@ is a warning with the numbers), and the plan is made again for the next step.
 """
 import functools
 import json
-import re
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -27,29 +27,31 @@ import torch
 from ._budget import Budget, budget as make_budget
 from ._wrap import unwrap_checkpoint, wrap_forward
 
-_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
-_ALLOWED = ("allowed: the most tensor bytes one rank may hold during a step, > 0: an int, or a number with a unit: "
-            "B, KiB, MiB or GiB ('70GiB')")
-
-
 class MemoryTargetError(ValueError):
     """The target cannot be met (below the floor) or is malformed; raised before the step it would concern runs."""
 
 
 def parse_bytes(value: Union[int, str], what: str = "memory target") -> int:
-    """Bytes from an int or a size with a unit ('70GiB', '512MiB'); ValueError naming the value and what is allowed."""
+    """Bytes from an int (bytes) or a size with a unit ('70GiB', '1.5GiB', '512MiB'): the one grammar of the trainer
+    YAML, hpac.hf's dict and `python -m hpac plan` (Note [One size grammar], policy/byte_size.h, read by
+    torch.ops.hpac.parse_memory_target). MemoryTargetError naming the value and what is allowed."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise MemoryTargetError(f"hpac: {what} {value!r} is a {type(value).__name__}; {_ALLOWED}")
+        raise MemoryTargetError(f"hpac: {what} {value!r} is a {type(value).__name__}; allowed: an int (bytes) or a "
+                                "size with a unit: B, KiB, MiB, GiB or TiB ('70GiB')")
     if isinstance(value, int):
-        n = value
-    else:
-        m = re.fullmatch(r"([0-9]+(?:\.[0-9]*)?)(B|KiB|MiB|GiB)", value.strip())
-        if m is None:
-            raise MemoryTargetError(f"hpac: {what} {value!r} is not a size; {_ALLOWED}")
-        n = int(float(m.group(1)) * _UNITS[m.group(2)])
-    if n <= 0:
-        raise MemoryTargetError(f"hpac: {what} {value!r} is not above zero; {_ALLOWED}")
-    return n
+        if value <= 0:
+            raise MemoryTargetError(f"hpac: {what} {value} is not above zero; allowed: an int > 0 (bytes) or a size "
+                                    "with a unit: B, KiB, MiB, GiB or TiB ('70GiB')")
+        return value
+    try:
+        return int(torch.ops.hpac.parse_memory_target(value))
+    except RuntimeError as e:
+        raise MemoryTargetError(f"hpac: {what} {str(e).splitlines()[0]}") from None
+
+
+def format_bytes(n: int) -> str:
+    """'512 B', '3.5 KiB', '12.34 MiB', '70.000 GiB': the one byte formatter (policy/byte_size.h)."""
+    return torch.ops.hpac.format_bytes(int(n))
 
 
 class _Meter:
@@ -76,9 +78,10 @@ class _Meter:
             return torch.cuda.memory_allocated(self.device)
         return torch.ops.hpac.memory_stats()["current_bytes"]
 
-    def take_peak(self) -> int:
-        """The peak since the last take; the next one starts from now. On CUDA this resets torch's peak counters
-        (torch.cuda.reset_peak_memory_stats): the caching allocator keeps one peak."""
+    def take_peak(self, event: Any = None) -> int:
+        """The peak since the last take (`event`: what it closes, unused here); the next one starts from now. On
+        CUDA this resets torch's peak counters (torch.cuda.reset_peak_memory_stats): the caching allocator keeps one
+        peak."""
         if self.cuda:
             peak = torch.cuda.max_memory_allocated(self.device)
             self._fragmentation = max(self._fragmentation, torch.cuda.max_memory_reserved(self.device) - peak)
@@ -91,10 +94,6 @@ class _Meter:
         take (it counts against the device); 0 on CPU."""
         out, self._fragmentation = self._fragmentation, 0
         return max(0, out)
-
-
-# An event of the step (Note [The step's peak as events]): (what, layers whose kept bytes count, own layer or -1).
-Event = Tuple[str, int, int]
 
 
 @dataclass
@@ -115,8 +114,7 @@ class _Layer:
     path: str
     module: torch.nn.Module
     budget: Budget
-    checkpointed_call: Callable[..., Any]  # checkpointed_call(original, *args, **kwargs)
-    checkpointed: bool = True  # what the plan says (every layer is, in the profile step)
+    checkpointed_call: Optional[Callable[..., Any]]  # checkpointed_call(original, *args, **kwargs); None: never
 
 
 def _first_tensor(values) -> Optional[torch.Tensor]:
@@ -131,62 +129,72 @@ def _first_tensor(values) -> Optional[torch.Tensor]:
 
 
 class MemoryTarget:
-    """A whole-step memory target over `layers` of `model` (made by fit_memory_target or hpac.hf.prepare): the
-    front-end of policy/step_target.h (torch.classes.hpac.StepTarget), which keeps the events, plans and reports.
-    Here: the boundaries (a forward pre-hook on the model, the layers' wrappers, tensor hooks for the backward), the
-    live bytes, and the agreement of several ranks (Note [One step plan for every rank])."""
+    """A whole-step memory target over `layers` of `model` (made by fit_memory_target or hpac.hf.prepare): the hooks
+    of policy/step_driver.h (torch.classes.hpac.StepDriver), which owns the step's events, plans and reports. Here:
+    the hooks (a forward pre-hook on the model, the layers' wrappers, tensor hooks for the backward, the optimizer's
+    step hooks), the meter's numbers, and the exchange of the ranks' state (Note [One step plan for every rank],
+    policy/step_driver.cpp). The model owns the target (its pre-hook and the layers' wrappers); tensor and optimizer
+    hooks hold it weakly, as hpac-train's front end (tools/trainer/memory_target.h) does."""
 
     def __init__(self, model: torch.nn.Module, layers: Sequence[Tuple[str, torch.nn.Module, Budget, Callable]],
                  target_bytes: int, log: Optional[Callable[[str, str], None]] = None, group: Any = None,
-                 view: Any = None, measure_only: bool = False):
+                 measure_only: bool = False):
         self.target_bytes = target_bytes
         self._group = group
         self.model = model
-        self._meter: Optional[_Meter] = None  # the parameters' device, at the first step (the model may move)
-        # hpac.plan (Note [One rank of a sharded step], _plan.py): what one rank of a sharded job would hold, from the
-        # meta device's bytes; view.start(live), view.opened(event), view.peak(event, peak). None: the bytes as read.
-        self._view = view
-        # Events measured, never planned: every layer runs its checkpointed_call as given (None: not checkpointed).
-        self._measure_only = measure_only
+        # The meter (_Meter's methods): by default the live tensor bytes of the parameters' device, made at the first
+        # step (the model may move); measure_with() gives another before it.
+        self._meter: Any = None
+        self._measure_only = measure_only  # the events measured, never planned: every layer runs as given
         self._optimizer_hooks: list = []
-        self._since_optimizer = 0  # steps begun since the watched optimizer's last step
-        self._rest_open = False    # "the rest" opened this step (layer 0's input gradient, or the optimizer)
-        local = [getattr(p, "_local_tensor", p) for p in model.parameters()]  # a DTensor's shard on this rank
-        params = sum(t.numel() * t.element_size() for t in local)
-        grads = sum(t.numel() * t.element_size() for t, p in zip(local, model.parameters()) if p.requires_grad)
-        if view is not None:
-            params, grads = view.sharded(params), view.sharded(grads)
-        self._target = torch.classes.hpac.StepTarget(target_bytes, params, grads)
-        self._watching = False
-        self._layers = [_Layer(path, module, b, call, call is not None) for path, module, b, call in layers]
+        self._layers = [_Layer(path, module, b, call) for path, module, b, call in layers]
+        self._driver = self._new_driver()
         for i, layer in enumerate(self._layers):
-            self._target.add_layer(layer.path, layer.budget._region)
             wrap_forward(layer.module, functools.partial(_TargetCall.call, _TargetCall(self, i)))
         self._log = log
         self._hook = model.register_forward_pre_hook(self._step_begin)
-        self._event: Optional[Event] = None  # the event open now
+        self._started = False
         self.error: Optional[MemoryTargetError] = None
 
-    # --- measuring -------------------------------------------------------------------------------------------
-    def _mark(self, event: Optional[Event]) -> None:
-        """Closes the event open now (its peak) and opens `event`."""
+    def _new_driver(self):
+        local = [getattr(p, "_local_tensor", p) for p in self.model.parameters()]  # a DTensor's shard on this rank
+        params = sum(t.numel() * t.element_size() for t in local)
+        grads = sum(t.numel() * t.element_size() for t, p in zip(local, self.model.parameters()) if p.requires_grad)
+        if self._meter is not None:  # the floor's parts as the meter counts them (one rank's share)
+            params, grads = self._meter.sharded(params), self._meter.sharded(grads)
+        driver = torch.classes.hpac.StepDriver(self.target_bytes, params, grads, self._measure_only)
+        for layer in self._layers:
+            driver.add_layer(layer.path, layer.budget._region)
+        return driver
+
+    def measure_with(self, meter: Any) -> None:
+        """Reads the step's bytes through `meter` instead of the device's, from the first step on: an object with
+        current() (live bytes), take_peak(event) (the peak since the last take; `event`, the (kind, layer) the
+        next driver call closes), take_fragmentation() and sharded(nbytes) (what one rank holds of the model's
+        parameters or gradients). hpac.plan measures one rank of a sharded job this way (Note [One rank of a
+        sharded step], hpac/plan.py)."""
+        if self._started:
+            raise MemoryTargetError("hpac: MemoryTarget.measure_with after the first step; allowed: before it")
+        self._meter = meter
+        self._driver = self._new_driver()
+
+    # --- the hooks: the meter's numbers to the driver --------------------------------------------------------
+    def _peak(self) -> int:
+        """The meter's peak since its last read, for the event the driver has open (which the next call closes)."""
         if self._meter is None:
-            return
-        if event is not None and event[0] == "the rest":
-            self._rest_open = True
-        peak = self._meter.take_peak()
-        if self._view is not None:
-            peak = self._view.peak(self._event, peak)
-        if self._event is not None:
-            self._target.record(self._event[0], self._event[1], self._event[2], peak)
-        self._event = event
-        if self._view is not None and event is not None:
-            self._view.opened(event)
+            return 0
+        return self._meter.take_peak(tuple(self._driver.open_event()))
 
     def _say(self, messages) -> None:
-        for warning, text in zip(*messages):
+        for warning, text in messages:
             if self._log is not None:
                 self._log("warning" if warning else "info", text)
+
+    def _raise_error(self) -> None:
+        if self.error is None and self._driver.error():
+            self.error = MemoryTargetError(self._driver.error())
+        if self.error is not None:
+            raise self.error
 
     def _step_begin(self, module, args) -> None:
         if not torch.is_grad_enabled():
@@ -194,116 +202,35 @@ class MemoryTarget:
         if self._meter is None:
             param = next(self.model.parameters(), None)
             self._meter = _Meter(param.device if param is not None else torch.device("cpu"))
-        if self._watching and self._since_optimizer and self.error is None:
-            self.error = MemoryTargetError(
-                "hpac: memory target: the model was called again without optimizer.step() between (gradient "
-                "accumulation): the target plans one model call per optimizer step; call it once per step, or "
-                "make the target without optimizer= (each call is then planned as a step of its own)")
-        self._since_optimizer += 1
-        self._close_step()
-        if self.error is not None:
-            raise self.error
-        t = self._target
-        if t.planned_at():
-            self._agree_bases()
-        live = self._meter.current()
-        t.start_step(live if self._view is None else self._view.start(live))
-        self._rest_open = False
-        if self._measure_only:
-            pass
-        elif t.wants_first_plan():
-            if all(self._gather(t.regions_ready())):  # else a layer has not finished its profile: next step
-                t.prepare_first_plan()
-                self._agree_bases()
-                self._agree_candidates()
-                self._plan("")
-        elif t.planned_at() and t.needs_replan():
-            self._plan("a step's measured peak went over its prediction")
-        self._mark(("before the layers", 0, -1))
+        self._started = True
+        d = self._driver
+        peak, fragmentation = self._peak(), self._meter.take_fragmentation()
+        self._say(d.step_begins(peak, self._meter.current(), fragmentation))
+        self._raise_error()
+        if _world(self._group) is not None:
+            d.merge(_gather(d.state(), self._group))
+        self._say(d.before_layers(self._peak()))
+        self._raise_error()
 
-    def _close_step(self) -> None:
-        self._mark(None)
-        t = self._target
-        self._say(t.finish_step(self._meter.take_fragmentation() if self._meter else 0))
-        if t.error() and self.error is None:
-            self.error = MemoryTargetError(t.error())
-
-    def _plan(self, why: str) -> None:
-        self._say(self._target.plan(why))
-        for layer, checkpointed in zip(self._layers, self._target.checkpointed()):
-            layer.checkpointed = bool(checkpointed)
-        if self._target.error():
-            self.error = MemoryTargetError(self._target.error())
-            raise self.error
+    def _step_ends(self) -> None:
+        self._say(self._driver.step_ends(self._peak(), self._meter.take_fragmentation() if self._meter else 0))
 
     def _layer_begin(self, i: int, args, kwargs) -> None:
         if not torch.is_grad_enabled():
             return
-        self._target.layer_called(i)
-        self._mark((f"forward of layer {i}", i + 1, i))
+        self._driver.forward_begins(i, self._peak())
         if i == 0:
             x = _first_tensor(list(args) + list(kwargs.values()))
             if x is not None and x.requires_grad:
-                x.register_hook(functools.partial(_TargetCall.backward_mark, self, ("the rest", 0, -1)))
+                x.register_hook(functools.partial(_TargetCall.rest_begins, weakref.ref(self)))
 
     def _layer_end(self, i: int, out) -> None:
         if not torch.is_grad_enabled():
             return
-        last = i == len(self._layers) - 1
-        self._mark(("after the layers" if last else f"after layer {i}", i + 1, -1))
+        self._driver.forward_ends(i, self._peak())
         y = _first_tensor([out])
         if y is not None and y.requires_grad:
-            y.register_hook(functools.partial(_TargetCall.backward_mark, self, (f"backward of layer {i}", i, i)))
-
-    # Note [One step plan for every rank]
-    # Under FSDP2 (or any data-parallel job) every rank runs its own MemoryTarget. Each measures its own events
-    # (what a rank holds differs a little: its batch, its MoE routing) and profiles its own recompute times, so
-    # planning alone, the ranks could choose different plans, and replan at different steps. Planning instead
-    # from one problem for every rank — per event the largest base any rank measured, per candidate the largest
-    # kept bytes of any rank and rank 0's recompute time — gives every rank the same choice (the solver is
-    # deterministic), fitting the rank that holds the most; every later calibration takes the largest again, so
-    # the ranks replan together. Each rank applies the choice to its own regions (budget k/16 of its own off
-    # bytes). Collective (all_gather_object over `group`) at step 2's start and at every later step's start.
-    def _world(self):
-        import torch.distributed as dist
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size(self._group) > 1:
-            return dist
-        return None
-
-    def _gather(self, value) -> list:
-        dist = self._world()
-        if dist is None:
-            return [value]
-        everyone = [None] * dist.get_world_size(self._group)
-        dist.all_gather_object(everyone, value, group=self._group)
-        return everyone
-
-    def _agree_bases(self) -> None:
-        if self._world() is None:
-            return
-        merged: Dict[Event, int] = {}
-        everyone = self._gather(([list(x) for x in self._target.bases()], self._target.margin()))
-        for (what, kept, layer, base), _ in everyone:
-            for event in zip(what, kept, layer, base):
-                merged[event[:3]] = max(merged.get(event[:3], event[3]), event[3])
-        self._target.set_margin(max(margin for _, margin in everyone))  # Note [Room after a step over the target]
-        events = list(merged)
-        self._target.set_bases([e[0] for e in events], [e[1] for e in events], [e[2] for e in events],
-                               [merged[e] for e in events])
-
-    def _agree_candidates(self) -> None:
-        if self._world() is None:
-            return
-        everyone = self._gather([list(x) for x in self._target.candidates()])
-        counts, budget, kept, backward, micros, ckpt, forward = everyone[0]
-        if any(theirs[0] != counts for theirs in everyone):
-            raise MemoryTargetError(f"hpac: memory target: the ranks' layers have {[e[0] for e in everyone]} "
-                                    "candidate plans; every rank must run the same layers")
-        mine = list(self._target.candidates())
-        kept = [max(theirs[2][k] for theirs in everyone) for k in range(len(kept))]
-        backward = [max(theirs[3][k] for theirs in everyone) for k in range(len(backward))]
-        forward = [max(theirs[6][k] for theirs in everyone) for k in range(len(forward))]
-        self._target.set_candidates(counts, mine[1], kept, backward, micros, mine[5], forward)
+            y.register_hook(functools.partial(_TargetCall.backward_begins, weakref.ref(self), i))
 
     # --- reading ---------------------------------------------------------------------------------------------
     def watch_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
@@ -314,25 +241,32 @@ class MemoryTarget:
         if not hasattr(optimizer, "register_step_post_hook"):
             raise MemoryTargetError(f"hpac: watch_optimizer needs torch >= 2.0 (Optimizer.register_step_post_hook); "
                                     f"this is torch {torch.__version__}: the step then ends at the model's next call")
-        self._watching = True
-        self._optimizer_hooks += [optimizer.register_step_pre_hook(functools.partial(_TargetCall.step_starts, self)),
-                                  optimizer.register_step_post_hook(functools.partial(_TargetCall.step_done, self))]
+        self._driver.watch_optimizer()
+        me = weakref.ref(self)
+        self._optimizer_hooks += [optimizer.register_step_pre_hook(functools.partial(_TargetCall.step_starts, me)),
+                                  optimizer.register_step_post_hook(functools.partial(_TargetCall.step_done, me))]
 
     def report(self) -> Dict[str, Any]:
-        """{'target_bytes', 'predicted_bytes', 'predicted_event', 'planned_at_step', 'margin_bytes' (the room plans
-        keep below the target after a step over it), 'error', 'layers': [per layer:
-        path, checkpointed, budget_bytes, kept_bytes, backward_bytes, forward_bytes, off_bytes, recompute_micros],
-        'events': {what: base bytes}, 'history': [per finished step: measured (and predicted) peak and what set
-        them]}."""
-        return json.loads(self._target.report_json())
+        """The step record (policy/step_record.h, Note [The step record's format]): {'format', 'target_bytes',
+        'predicted_bytes', 'predicted_event', 'planned_at_step', 'margin_bytes' (the room plans keep below the target
+        after a step over it), 'error', 'measured_bytes' and 'measured_event' (the last step's), 'recompute_micros',
+        'layers': [per layer (LayerPlan): path, checkpointed, budget_bytes, kept_bytes, backward_bytes,
+        forward_bytes, off_bytes, recompute_micros], 'events': {what: base bytes}, 'history': [per finished step:
+        measured (and predicted) peak and what set them]}."""
+        return json.loads(self._driver.report_json())
 
     @property
     def plan(self) -> List[LayerPlan]:
-        return [LayerPlan(**layer) for layer in self.report()["layers"]]
+        return [LayerPlan(**{k: v for k, v in layer.items() if k != "ops"}) for layer in self.report()["layers"]]
 
     @property
     def history(self) -> List[Dict[str, Any]]:
         return self.report()["history"]
+
+    @property
+    def modules(self) -> List[torch.nn.Module]:
+        """The planned layers' modules, in the order the forward runs them."""
+        return [layer.module for layer in self._layers]
 
     @property
     def predicted_bytes(self) -> int:
@@ -342,12 +276,9 @@ class MemoryTarget:
         """What the model predicts for each plan a user could set the same for every layer — no checkpoint, or the
         budget at k/16 of each layer's off bytes — beside the plan made: per plan 'plan' ('off' or the fraction),
         'predicted_bytes', 'recompute_micros', 'fits'. Empty before the plan is made."""
-        peaks, micros = self._target.uniform_plans()
-        counts, budgets = self._target.candidates()[:2]
-        first = list(budgets[:counts[0]]) if counts else []
-        return [{"plan": "off" if k == 0 else f"budget {first[k]} B on layer 0 (candidate {k})", "candidate": k,
+        return [{"plan": "off" if k == 0 else f"budget {budget} B on layer 0 (candidate {k})", "candidate": k,
                  "predicted_bytes": peak, "recompute_micros": us, "fits": peak <= self.target_bytes}
-                for k, (peak, us) in enumerate(zip(peaks, micros))]
+                for k, (peak, us, budget) in enumerate(self._driver.uniform_plans())]
 
     def remove(self) -> None:
         """Unwraps the layers and removes the step and optimizer hooks."""
@@ -359,9 +290,26 @@ class MemoryTarget:
             unwrap_checkpoint(layer.module)
 
 
+def _world(group):
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size(group) > 1:
+        return dist
+    return None
+
+
+def _gather(value, group) -> list:
+    dist = _world(group)
+    if dist is None:
+        return [value]
+    everyone = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, value, group=group)
+    return everyone
+
+
 class _TargetCall:
-    """One layer's forward under a target: marks the step's events around it, checkpointed or not as planned. Holds
-    the target weakly in spirit: the module holds this object, the target holds the module; both die with the model."""
+    """One layer's forward under a target: marks the step's events around it, checkpointed or not as planned. The
+    module holds this object, and this object the target: the model owns its target. The hooks below, which
+    autograd and the optimizer hold, reach it through a weak reference."""
     __slots__ = ("target", "index")
 
     def __init__(self, target: MemoryTarget, index: int):
@@ -371,7 +319,7 @@ class _TargetCall:
         t = self.target
         t._layer_begin(self.index, args, kwargs)
         layer = t._layers[self.index]
-        if layer.checkpointed and torch.is_grad_enabled():
+        if layer.checkpointed_call is not None and t._driver.checkpointed(self.index) and torch.is_grad_enabled():
             out = layer.checkpointed_call(original, *args, **kwargs)
         else:
             out = original(*args, **kwargs)
@@ -379,18 +327,26 @@ class _TargetCall:
         return out
 
     @staticmethod
-    def backward_mark(target: MemoryTarget, event: Event, grad):
-        target._mark(event)
+    def backward_begins(target: "weakref.ref[MemoryTarget]", i: int, grad):
+        t = target()
+        if t is not None:
+            t._driver.backward_begins(i, t._peak())
 
     @staticmethod
-    def step_starts(target: MemoryTarget, optimizer, args, kwargs):
-        if not target._rest_open:
-            target._mark(("the rest", 0, -1))
+    def rest_begins(target: "weakref.ref[MemoryTarget]", grad):
+        t = target()
+        if t is not None:
+            t._driver.rest_begins(t._peak())
 
     @staticmethod
-    def step_done(target: MemoryTarget, optimizer, args, kwargs):
-        target._since_optimizer = 0
-        target._close_step()  # the step ends here: its history row now, nothing counted until the next begins
+    def step_starts(target: "weakref.ref[MemoryTarget]", optimizer, args, kwargs):
+        _TargetCall.rest_begins(target, None)
+
+    @staticmethod
+    def step_done(target: "weakref.ref[MemoryTarget]", optimizer, args, kwargs):
+        t = target()
+        if t is not None:
+            t._step_ends()  # the step ends here: its history row now, nothing counted until the next begins
 
 
 def _hpac_checkpointed(policy, original, /, *args, **kwargs):

@@ -40,6 +40,7 @@ import torch
 import torch.utils.checkpoint
 
 import hpac
+from hpac import _step_record
 from hpac._loader import _ops_present
 from hpac._regions import RegionOptions, region_context_fn
 from hpac._wrap import unwrap_checkpoint, wrap_forward
@@ -313,14 +314,13 @@ class Preparation:
         return "budget" if any(p.layer == "budget" for p in self.layers) else "selective"
 
     def step_report(self) -> dict:
-        """The whole-step report of a run under activation_checkpoint.memory_target (hpac._plan.run_report: its plan,
-        what each layer keeps and its ops, the fixed parts, the last step measured); hpac._plan.report_text(...)
-        prints it, hpac._plan.plot(...) draws it. Takes the layers' stats (as take_layer_stats)."""
-        from . import _plan
+        """The whole-step record of a run under activation_checkpoint.memory_target (its plan, what each layer keeps
+        and its ops, the fixed parts, the last step measured), in the plan file's form; hpac.plan.report_text(...)
+        prints it, hpac.plan.plot(...) draws it. Takes the layers' stats (as take_layer_stats)."""
         if self.target is None:
             raise ValueError("hpac.hf: step_report needs activation_checkpoint.memory_target (a whole-step target); "
                              "this preparation has none")
-        return _plan.run_report(self.target.model, self, self._config)
+        return _step_record.run_report(self.target.model, self, self._config)
 
     def take_layer_stats(self) -> list:
         """hpac's counters summed over each prepared layer's calls since the last take (call after backward)."""
@@ -412,7 +412,7 @@ def _model_facts(d):
 
 def prepare(model: torch.nn.Module, config: Union[str, os.PathLike, dict], registry: Optional[dict] = None,
             log: Callable[[str, str], None] = log_to_stderr, record_ops: bool = False,
-            compile_backend: str = "inductor", _rank_view: Optional[Callable] = None) -> "Preparation":
+            compile_backend: str = "inductor") -> "Preparation":
     """Applies activation_checkpoint (and activation_swap) of `config` to `model` in place, then, with
     train.compile: true, compiles each layer. Discover, gather facts, plan (plan_routes: the C++ rules), apply.
 
@@ -428,8 +428,6 @@ def prepare(model: torch.nn.Module, config: Union[str, os.PathLike, dict], regis
             "log:<phase> <op> <action>" key (hpac.Invocation's op_log lines: action saved, run, served, recomputed
             or ignored); compiled layers run no eager invocation and report none.
         compile_backend: with train.compile: true, each layer is compiled with module.compile(backend=...).
-        _rank_view: hpac.plan's only (Note [One rank of a sharded step]): called with the memory target's layer
-            modules, it returns the view through which the target reads one rank's bytes.
 
     Returns:
         a Preparation (route, wrap counts, messages, per-layer stats). unprepare(model, prep) undoes it.
@@ -453,7 +451,7 @@ def prepare(model: torch.nn.Module, config: Union[str, os.PathLike, dict], regis
         (prep.warn if level == "warning" else prep.info)(message)
     _read_step_plan(prep, model, config)
     _apply(prep, plan, config, record_ops, compile_on)
-    _fit_target(prep, model, config["activation_checkpoint"], _rank_view)
+    _fit_target(prep, model, config["activation_checkpoint"])
     if compile_on:
         targets = prep.layers if prep.touched else [ref for c in prep.discovery.containers for ref in c.layers]
         _compile_layers(prep, targets, compile_backend)
@@ -522,8 +520,8 @@ def _apply_layer(prep, p, lp, ac):
 
 def _read_step_plan(prep, model, config):
     """activation_checkpoint.plan: the plan file (relative to the YAML's folder), checked against this model and
-    config (hpac._plan.check_plan), and a guard on the batch shapes of each call."""
-    from . import _plan
+    config (check_plan), and a guard on the batch shapes of each call (hpac/_step_record.py: the plan file is read
+    there, never through hpac.plan, which imports this module)."""
     path = config["activation_checkpoint"].get("plan")
     if not path:
         return
@@ -531,16 +529,16 @@ def _read_step_plan(prep, model, config):
     source = config.get("file")
     if not os.path.isabs(path) and source and os.path.isfile(source):
         path = os.path.join(os.path.dirname(os.path.abspath(source)), path)
-    data = _plan.load_plan(path)
-    _plan.check_plan(data, path, model, config, prep.warn)
+    data = _step_record.load(path)
+    _step_record.check_plan(data, path, model, config, prep.warn)
     prep.step_plan = {"path": path, "data": data, "by_path": {layer["path"]: layer for layer in data["layers"]},
-                      "guard": _plan.shape_guard(model, data, path)}
+                      "guard": _step_record.shape_guard(model, data, path)}
     prep.info(f"activation_checkpoint.plan {path}: {sum(1 for layer in data['layers'] if layer['checkpointed'])} "
-              f"of {len(data['layers'])} layers checkpointed as planned for {data['device']['name']} x "
+              f"of {len(data['layers'])} layers checkpointed as planned for {(data.get('device') or {}).get('name')} x "
               f"{data['world_size']}, predicted {data['predicted_bytes'] / (1 << 30):.3f} GiB per rank")
 
 
-def _fit_target(prep, model, ac, rank_view=None):
+def _fit_target(prep, model, ac):
     """activation_checkpoint.memory_target: the budget layers planned together under the whole step's target
     (hpac.MemoryTarget, plugin/python/hpac/_target.py), measured at the root model's calls."""
     target = ac.get("memory_target")
@@ -556,11 +554,8 @@ def _fit_target(prep, model, ac, rank_view=None):
                          "profiles; allowed only with train.compile: false")
     entries = [(p.path, p.module, p.budget, functools.partial(_torch_checkpointed, p._context_fn(p.budget)))
                for p in layers]
-    # hpac.plan's view of one rank, made for the layers found here: the target counts the parameters and gradients
-    # one rank holds (the floor's parts) through it from its start
     prep.target = hpac.MemoryTarget(model, entries, target["bytes"],
-                                    lambda level, message: (prep.warn if level == "warning" else prep.info)(message),
-                                    view=rank_view([p.module for p in layers]) if rank_view is not None else None)
+                                    lambda level, message: (prep.warn if level == "warning" else prep.info)(message))
     prep.info(f"memory target {target['text']}: step 1 profiles every layer (all recomputed), the plan for the whole "
               "step is made at step 2's start")
 

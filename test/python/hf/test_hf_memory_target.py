@@ -119,7 +119,7 @@ def test_a_target_above_offs_peak_runs_off(reference):
     assert losses == off[0]
 
 
-def test_a_prediction_that_falls_short_is_warned_and_tightened(reference):
+def test_a_prediction_that_falls_short_is_warned_and_tightened(reference, monkeypatch):
     off, full = reference
     span = max(off[2]) - max(full[2])
     target = int(max(full[2]) + 0.8 * span)  # room below it for the plan after the step over (see the end)
@@ -131,11 +131,16 @@ def test_a_prediction_that_falls_short_is_warned_and_tightened(reference):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     t = prep.target
 
-    def misled():  # step 2's plan believes that every event holds 30% of off's and full's span less than measured
-        what, kept, layer, base = t._target.bases()
-        t._target.set_bases(list(what), list(kept), list(layer), [b - int(0.3 * span) for b in base])
+    def misled(state, group):  # step 2's plan believes that every event holds 30% of off's and full's span less
+        if "\nready 1\n" not in state:  # than measured: the state two "ranks" agree on before the first plan
+            return [state]
+        lines = [line.split(" ") for line in state.splitlines()]
+        lowered = "\n".join(" ".join(f[:3] + [str(int(f[3]) - int(0.3 * span))]) if f[0] == "base" else " ".join(f)
+                             for f in lines) + "\n"
+        return [lowered, lowered]
 
-    t._agree_candidates = misled  # called between the candidates and the plan
+    monkeypatch.setattr(hpac._target, "_world", lambda group: True)
+    monkeypatch.setattr(hpac._target, "_gather", misled)
     for step in range(4):
         # One batch for every step: a new batch routes its tokens to the experts anew, and what a layer keeps moves
         # with the routing (a limit the docs state); this test is about the plan made again after a step over.

@@ -1,4 +1,4 @@
-"""hpac plan (plugin/python/hpac/_plan.py): a whole step planned on the meta device for a machine that is not here.
+"""hpac plan (plugin/python/hpac/plan.py): a whole step planned on the meta device for a machine that is not here.
 A meta tensor counts its bytes; a meta step holds, event by event, what the same step holds on CPU; a plan made on
 meta and applied by a real run (activation_checkpoint.plan) holds that run's peak within 2 % of its prediction and
 trains bitwise as off; a plan made for another model, shapes, dtype or world size is refused naming the difference;
@@ -17,7 +17,8 @@ import hpac
 import hpac.hf as hf
 import hpac.harness.models as hm
 import models
-from hpac import _devices, _plan
+from hpac import _devices
+import hpac.plan as _plan
 
 YAML = models.QWEN3_MOE_YAML.replace("seq_len: 32, micro_batch: 2", "seq_len: 128, micro_batch: 4")
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(hpac.__file__)))
@@ -52,7 +53,8 @@ def test_a_meta_tensor_counts_its_bytes_until_it_dies():
 
 _EVENTS = """
 import json, sys, torch, hpac, hpac.hf as hf
-from hpac import _plan, _devices
+from hpac import _devices
+import hpac.plan as _plan
 import hpac.harness.models as hm
 dev = sys.argv[1] if len(sys.argv) > 1 else {dev!r}
 cfg = hf.load_config({config!r})
@@ -130,7 +132,7 @@ def plans(tmp_path_factory):
     assert lo < hi
     target = int(lo + (hi - lo) / 3)
     path = folder / "plan.json"
-    done = subprocess.run([sys.executable, "-m", "hpac", "plan", config, "--memory-target", str(target),
+    done = subprocess.run([sys.executable, "-m", "hpac", "plan", config, "--memory-target", f"{target}B",
                            "--out", str(path), "--quiet"], capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=PACKAGE))
     assert done.returncode == 0, done.stderr
@@ -181,13 +183,31 @@ def test_a_plan_for_another_run_is_refused_naming_the_difference(plans, tmp_path
 
 def test_plan_files_that_are_not_plans_are_refused(tmp_path):
     with pytest.raises(_plan.PlanError, match=r"no such file; allowed: a plan written by"):
-        _plan.load_plan(tmp_path / "missing.json")
+        _plan.load(tmp_path / "missing.json")
     (tmp_path / "bad.json").write_text("{")
-    with pytest.raises(_plan.PlanError, match=r"is not JSON"):
-        _plan.load_plan(tmp_path / "bad.json")
+    with pytest.raises(_plan.PlanError, match=r"bad.json: not JSON at line 1, column 2"):
+        _plan.load(tmp_path / "bad.json")
     (tmp_path / "old.json").write_text('{"format": "hpac-step-plan 0"}')
-    with pytest.raises(_plan.PlanError, match=r"has format 'hpac-step-plan 0'; allowed: 'hpac-step-plan 1'"):
-        _plan.load_plan(tmp_path / "old.json")
+    with pytest.raises(_plan.PlanError, match=r"format is 'hpac-step-plan 0' .*; allowed: a record written by .*"
+                                              r"hpac-step-plan 2, or hpac-step-plan 1"):
+        _plan.load(tmp_path / "old.json")
+    (tmp_path / "region.plan").write_text('{"format": "hpac-budget-plan 1"}')
+    with pytest.raises(_plan.PlanError, match=r"format is 'hpac-budget-plan 1'"):
+        _plan.load(tmp_path / "region.plan")
+
+
+def test_a_version_1_plan_is_read_as_version_2(plans, tmp_path):
+    """Note [The step record's format]: hpac 0.1's plan files keep working; their keys read under version 2's names."""
+    folder, config, target, plan = plans
+    v1 = {("memory_target_bytes" if k == "target_bytes" else "meta_measured_bytes" if k == "measured_bytes" else
+           "meta_measured_event" if k == "measured_event" else k): v
+          for k, v in plan.items() if k not in ("planned_at_step", "margin_bytes", "error", "history")}
+    v1["format"] = "hpac-step-plan 1"
+    (tmp_path / "v1.json").write_text(json.dumps(v1))
+    back = _plan.load(tmp_path / "v1.json")
+    assert back["format"] == _plan.FORMAT and back["target_bytes"] == plan["target_bytes"] == target
+    assert back["measured_bytes"] == plan["measured_bytes"] and back["layers"] == plan["layers"]
+    assert _plan.load(folder / "plan.json") == json.loads(json.dumps(plan))  # version 2 reads back as written
 
 
 def test_the_parser_takes_plan_with_mode_budget_alone():
@@ -276,11 +296,11 @@ def test_a_real_runs_report_names_its_layers_and_the_largest_holders_when_over(p
         opt.zero_grad()
     report = prep.step_report()
     assert [x["path"] for x in report["layers"]] == [f"model.layers.{i}" for i in range(4)]
-    assert report["meta_measured_bytes"] <= target
+    assert report["measured_bytes"] <= target
     assert sum(x["ops"]["recomputed"] for x in report["layers"] if x["checkpointed"]) > 0
     text = _plan.report_text(report)
     assert "measured on cpu" in text and "over the target" not in text
-    over = dict(report, memory_target_bytes=report["meta_measured_bytes"] // 2)
+    over = dict(report, target_bytes=report["measured_bytes"] // 2)
     text = _plan.report_text(over)
     biggest = max([v for k, v in report["fixed"].items() if isinstance(v, int)] +
                   [x["kept_bytes"] if x["checkpointed"] else x["off_bytes"] for x in report["layers"]])
@@ -307,3 +327,60 @@ def test_a_plan_frees_its_meta_step_and_names_one_ranks_parts_below_the_floor(tm
     assert named, str(e.value)
     for value in named.groups():
         assert abs(float(value) - params / 2 / 2**20) < 0.01, (str(e.value), params)
+
+
+class _Stack(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(),
+                                                              torch.nn.Linear(256, 64)) for _ in range(3))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x.square().mean()
+
+
+def _meta_roofline():
+    try:
+        return tuple(torch.ops.hpac.roofline("meta"))
+    except RuntimeError:
+        return None
+
+
+def test_plan_leaves_the_process_as_it_found_it(tmp_path):
+    """Note [plan() leaves the process as it found it]: plan() between two steps of a real CPU memory target leaves
+    the next step's bytes, the RNG state, transformers' logging level, the meta allocator and the rooflines as they
+    were."""
+    import transformers
+    hpac.track_memory()
+    torch.manual_seed(1)
+    model = _Stack()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    target = hpac.fit_memory_target(model, model.layers, "1GiB", optimizer=opt)
+    x = torch.randn(32, 64)
+
+    def step():
+        model(x).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        gc.collect()  # what earlier tests left in cycles: not this step's
+        return torch.ops.hpac.memory_stats()["current_bytes"]
+
+    for _ in range(3):
+        step()
+    transformers.logging.set_verbosity_info()
+    rng, level = torch.get_rng_state(), transformers.logging.get_verbosity()
+    meta_tracked, roofline = torch.ops.hpac.meta_memory_tracked(), _meta_roofline()
+    live = step()  # with the RNG state above alive
+    _plan.plan(_yaml(tmp_path), "1GiB")
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert transformers.logging.get_verbosity() == level
+    assert torch.ops.hpac.meta_memory_tracked() == meta_tracked
+    assert _meta_roofline() == roofline
+    assert torch.ops.hpac.memory_stats()["current_bytes"] == live
+    assert step() == live
+    history = target.history
+    assert history[-1]["measured_bytes"] == history[-2]["measured_bytes"], history[-2:]
+    target.remove()
+    transformers.logging.set_verbosity_error()

@@ -1,4 +1,4 @@
-#include "replay/text_format.h"
+#include "policy/text_format.h"
 
 #include <cstdio>
 

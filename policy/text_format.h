@@ -1,12 +1,13 @@
-// hpac/replay/text_format.h
+// hpac/policy/text_format.h
 //
-// The few text formatters hpac's messages and JSON writers share (explain's
-// JSON, the trainer's config ops and route plans, its error messages):
+// The text formatters every hpac message and JSON writer shares (explain's
+// JSON, the step target's report, the trainer's config ops and route plans,
+// its error messages) — the only ones in the tree:
 //   jsonString       a string as a JSON string literal
 //   jsonStringList   strings as a JSON array of string literals
 //   joinNames        names as "a, b, c", for messages ("allowed: ...")
-// Here, in the lowest folder that writes JSON, so that every user may include
-// it (docs/design.md, "The map").
+// Byte sizes are policy/byte_size.h's. Here, in the lowest folder, so that
+// every user may include it (docs/design.md, "The map").
 #pragma once
 
 #include <string>
