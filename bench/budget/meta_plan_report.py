@@ -95,7 +95,8 @@ def meta_plan_scale(r):
             continue
         on = sum(1 for x in p["layers"] if x["checkpointed"])
         rss = _gib(v["rss_bytes"]) if v.get("rss_bytes") else "n/a"
-        out.append(f"| {layout} | {p['world_size']} | {_gib(p.get('target_bytes', p.get('memory_target_bytes')))} | {v['wall_s']:.0f} s | {rss} "
+        target = p.get("target_bytes", p.get("memory_target_bytes"))  # plans of format 1 name it memory_target_bytes
+        out.append(f"| {layout} | {p['world_size']} | {_gib(target)} | {v['wall_s']:.0f} s | {rss} "
                    f"| {_gib(p['predicted_bytes'])} ({p['predicted_event']}) | {on} of {len(p['layers'])} | "
                    f"{p['recompute_micros'] / 1e3:.1f} ms | {_modes(p) or '(not asked)'} |")
     seed = s.get("seed_table")
