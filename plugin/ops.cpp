@@ -292,7 +292,10 @@ class StepDriverHandle : public torch::CustomClassHolder {
   void forwardEnds(int64_t i, int64_t peak) { d().forwardEnds(i, peak); }
   void backwardBegins(int64_t i, int64_t peak) { d().backwardBegins(i, peak); }
   void restBegins(int64_t peak) { d().restBegins(peak); }
-  Messages stepEnds(int64_t peak, int64_t fragmentation) { return messages(d().stepEnds(peak, fragmentation)); }
+  void optimizerBegins(int64_t peak, int64_t live) { d().optimizerBegins(peak, live); }
+  Messages stepEnds(int64_t peak, int64_t fragmentation, int64_t live) {
+    return messages(d().stepEnds(peak, fragmentation, live));
+  }
   void watchOptimizer() { d().watchOptimizer(); }
   std::string state() { return d().state(); }
   void merge(const std::vector<std::string>& states) { d().merge(states); }
@@ -698,6 +701,7 @@ void registerClasses(torch::Library& m) {
       .def("forward_ends", &StepDriverHandle::forwardEnds)
       .def("backward_begins", &StepDriverHandle::backwardBegins)
       .def("rest_begins", &StepDriverHandle::restBegins)
+      .def("optimizer_begins", &StepDriverHandle::optimizerBegins)
       .def("step_ends", &StepDriverHandle::stepEnds)
       .def("watch_optimizer", &StepDriverHandle::watchOptimizer)
       .def("state", &StepDriverHandle::state)

@@ -101,6 +101,7 @@ std::vector<StepMessage> StepDriver::stepBegins(int64_t peak, int64_t live, int6
   if (!error().empty()) return out;
   target_->startStep(live);
   rest_open_ = false;
+  optimizer_live_ = -1;
   ranks_ready_ = !measure_only_ && target_->wantsFirstPlan() && target_->regionsReady();
   if (ranks_ready_) target_->prepareFirstPlan();  // Note [Profile, then absolute bases]; the candidates
   return out;
@@ -136,8 +137,15 @@ void StepDriver::restBegins(int64_t peak) {
   open(StepEventKey{StepEventKind::kRest, -1}, peak);
 }
 
-std::vector<StepMessage> StepDriver::stepEnds(int64_t peak, int64_t fragmentation) {
+void StepDriver::optimizerBegins(int64_t peak, int64_t live) {
+  restBegins(peak);
+  optimizer_live_ = live;
+}
+
+std::vector<StepMessage> StepDriver::stepEnds(int64_t peak, int64_t fragmentation, int64_t live) {
   since_optimizer_ = 0;
+  if (live >= 0 && optimizer_live_ >= 0) target_->optimizerGrew(live - optimizer_live_);
+  optimizer_live_ = -1;
   return close(peak, fragmentation);  // the step's history row now; nothing counted until the next begins
 }
 

@@ -17,8 +17,9 @@
 //   beforeLayers(peak)                      plans or replans as needed; opens "before the layers"
 //   forwardBegins(i, peak) / forwardEnds(i, peak)   around layer i's forward
 //   backwardBegins(i, peak)                 layer i's output gradient arrived
-//   restBegins(peak)                        layer 0's input gradient arrived, or the optimizer step starts
-//   stepEnds(peak, fragmentation)           the optimizer step returned (optional: else the next stepBegins)
+//   restBegins(peak)                        layer 0's input gradient arrived
+//   optimizerBegins(peak, live)             the optimizer step starts (opens "the rest" if the gradient did not)
+//   stepEnds(peak, fragmentation, live)     the optimizer step returned (optional: else the next stepBegins)
 // error() is set, and nothing is planned, once the target cannot be met or the
 // model is called in a way the events do not model; each front end raises it
 // in its own language. Not thread-safe: one training thread.
@@ -46,7 +47,11 @@ class StepDriver {
   void forwardEnds(int64_t i, int64_t peak);
   void backwardBegins(int64_t i, int64_t peak);
   void restBegins(int64_t peak);  // once per step: a later call in the same step does nothing
-  std::vector<StepMessage> stepEnds(int64_t peak, int64_t fragmentation);
+  // live: the meter's live bytes as the optimizer step starts and as it returns; what it grew by (its state, made
+  // at the first step) is what the first plan adds to the profile step's bases (Note [Profile, then absolute
+  // bases]). -1: not measured.
+  void optimizerBegins(int64_t peak, int64_t live);
+  std::vector<StepMessage> stepEnds(int64_t peak, int64_t fragmentation, int64_t live = -1);
   // The optimizer's step ends every step (stepEnds): a second model call before it is gradient accumulation,
   // which the events do not model (error()).
   void watchOptimizer() { watching_ = true; }
@@ -76,6 +81,7 @@ class StepDriver {
   bool rest_open_ = false;
   bool watching_ = false;
   int64_t since_optimizer_ = 0;  // model calls since the optimizer's last step
+  int64_t optimizer_live_ = -1;  // live bytes as this step's optimizer step started (-1: not seen)
   bool ranks_ready_ = true;      // merge(): every rank's regions ready (one rank: its own)
   std::string error_;
 };

@@ -178,7 +178,10 @@ std::vector<StepMessage> StepTarget::finishStep(int64_t fragmentation_bytes) {
 }
 
 void StepTarget::startStep(int64_t live_bytes) {
+  last_start_ = start_bytes_;
+  last_grown_ = steps_ > 0 ? grown_ : -1;
   start_bytes_ = live_bytes;
+  grown_ = -1;
   ++steps_;
   open_ = true;
   measured_.clear();
@@ -193,8 +196,10 @@ bool StepTarget::regionsReady() const {
 
 void StepTarget::prepareFirstPlan() {
   TORCH_CHECK(planned_at_ == 0 && steps_ > 0, "hpac memory target: prepareFirstPlan after the first plan");
+  // Note [Profile, then absolute bases]: the profile step's start plus what its optimizer step made, if larger.
+  const int64_t start = last_grown_ >= 0 ? std::max(start_bytes_, last_start_ + last_grown_) : start_bytes_;
   for (auto& [event, base] : bases_) {
-    if (event.kind != StepEventKind::kRest) base += start_bytes_;
+    if (event.kind != StepEventKind::kRest) base += start;
   }
   // Layers of one structure (the same op sequence and sizes) share their candidates.
   std::map<std::tuple<std::vector<std::pair<std::string, int64_t>>, int64_t, int64_t>, size_t> shared;

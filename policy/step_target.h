@@ -11,10 +11,16 @@
 // Step 1 runs every layer's region in its profile (everything recomputed, so
 // no layer holds bytes of its own: each event's peak is its base). The
 // optimizer's state appears at step 1's end, so those bases are kept relative
-// to step 1's start and made absolute with step 2's start, except "the rest"
+// to step 1's start and made absolute at the first plan, except "the rest"
 // (the events with no layer kept after the backward: embedding backward,
-// optimizer step), which already holds the state it creates. Later steps'
-// bases are their peaks less what the plan they ran keeps, and only ever rise.
+// optimizer step), which already holds the state it creates. Absolute with
+// the larger of step 2's start and step 1's start plus what the optimizer
+// step grew by (its state; measured where the front end reports the optimizer
+// step, StepDriver::optimizerBegins/stepEnds): step 2's start alone is short
+// by whatever was alive at step 1's start and freed during it (a previous
+// model's graph kept by a variable until step 1 rebinds it), and every event
+// after the free would be predicted short by as much. Later steps' bases are
+// their peaks less what the plan they ran keeps, and only ever rise.
 // Not thread-safe: one training thread.
 #pragma once
 
@@ -106,6 +112,8 @@ class StepTarget {
   void layerCalled(int64_t i);
   std::vector<StepMessage> finishStep(int64_t fragmentation_bytes);
   void startStep(int64_t live_bytes);
+  // What the open step's optimizer step grew the live bytes by (Note [Profile, then absolute bases]).
+  void optimizerGrew(int64_t bytes) { grown_ = bytes; }
 
   // --- planning -----------------------------------------------------------------------------------------------
   bool wantsFirstPlan() const { return planned_at_ == 0 && steps_ >= 2; }
@@ -157,6 +165,9 @@ class StepTarget {
   bool open_ = false;
   int64_t steps_ = 0;
   int64_t start_bytes_ = 0;  // live bytes at the open (or last) step's start
+  int64_t grown_ = -1;        // what the open step's optimizer step grew live bytes by (-1: not measured)
+  int64_t last_start_ = 0;    // the previous step's start_bytes_ and grown_
+  int64_t last_grown_ = -1;
   int64_t planned_at_ = 0;
   int64_t margin_ = 0;
   int64_t predicted_bytes_ = 0;

@@ -4,9 +4,10 @@ The main job's model (the transformers Qwen3MoeForCausalLM of examples/training_
 prepared by hpac.hf.prepare, trained with AdamW. First every fixed mode a user could pick by hand — off, full,
 selective, memory_budget 0.1 ... 0.9 — then memory_target at --targets points evenly between full's and off's
 measured step peak. Each run builds its model afresh (the same seed and batches), with nothing else alive, runs
---warmup steps then --steps measured steps; per step: the peak of the process's live CPU tensor bytes over forward,
+--warmup steps then --steps timed steps; per step: the peak of the process's live CPU tensor bytes over forward,
 backward and optimizer step (hpac's tracking allocator, absolute: what a target counts), and the CPU time of the one
-thread (torch.set_num_threads(1), time.thread_time) of the same. Runs follow each other in one process (not
+thread (torch.set_num_threads(1), time.thread_time) of the same. Every step's peak counts, the warm-up's and the
+first (profile) step's included: a run's peak is its largest, and each target row counts its steps over the target. Runs follow each other in one process (not
 interleaved: the target measures absolute bytes, which another live model would change). Losses against off's, bit
 for bit. Per target: the plan's predicted peak and the measured one, slack (target - measured) / target, the fastest
 fixed mode whose measured peak fits the same target, and the step-time ratio.
@@ -102,11 +103,14 @@ def target_row(base, target, fixed, args, log):
            "measured_event": planned[-1]["measured_event"] if planned else None,
            "slack": (target - r["peak_bytes"]) / target,
            "prediction_error": (r["target"]["predicted_bytes"] - r["peak_bytes"]) / r["peak_bytes"],
+           "first_step_bytes": r["first_step_peak_bytes"],
+           "steps_over_target": sum(step["peak_bytes"] > target for step in r["steps"]),
            "median_thread_s": r["median_thread_s"], "layers": r["target"]["layers"],
            "losses_equal_off": r["losses"] == fixed["off"]["losses"], "fastest_fixed": best,
            "fastest_fixed_thread_s": fixed[best]["median_thread_s"] if best else None,
            "steps": r["steps"], "memtracker": r["memtracker"]}
-    log(f"target {target / 2**20:.2f} MiB: measured {row['measured_bytes'] / 2**20:.2f}, predicted "
+    log(f"target {target / 2**20:.2f} MiB: measured {row['measured_bytes'] / 2**20:.2f} (step 1 "
+        f"{row['first_step_bytes'] / 2**20:.2f}, {row['steps_over_target']} of {len(r['steps'])} steps over), predicted "
         f"{row['predicted_bytes'] / 2**20:.2f}, slack {100 * row['slack']:.1f}%, "
         f"{row['median_thread_s'] * 1e3:.0f} ms vs {best} {row['fastest_fixed_thread_s'] * 1e3 if best else 0:.0f} ms")
     return row

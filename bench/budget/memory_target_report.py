@@ -26,6 +26,21 @@ def _memtracker(row):
     return f"{100 * (m['memtracker_peak_bytes'] - m['hpac_peak_bytes']) / m['hpac_peak_bytes']:+.2f}%"
 
 
+def _counted(d):
+    """Which steps a run's peak is the largest of: every step since the first was counted, the timed ones before."""
+    if all("steps_over_target" in s for s in d["sweep"] if "error" not in s):
+        return "every step, warm-up and the first included"
+    return "the timed steps (the warm-up left out: a run before every step was counted)"
+
+
+def _first(s):
+    return _mib(s["first_step_bytes"]) if "first_step_bytes" in s else "n/a"
+
+
+def _over(s):
+    return f"{s['steps_over_target']} of {len(s['steps'])}" if "steps_over_target" in s else "n/a"
+
+
 def plot(d, path):
     """docs/results_memory_target.svg: per target, the measured and predicted step peak against the target line,
     and the fixed modes' measured peaks as a scale on the right (python -m bench.budget.memory_target --plot)."""
@@ -84,26 +99,26 @@ def _sweep(d):
     commit = f" at commit {d['commit']}" if d.get("commit") else ""
     out = [f"Measured by `bench/budget/memory_target.py`{commit} (torch {d['torch']}, {d['threads']} thread on {d['cpus']} CPUs"
            f"{load_avg}, GLIBC_TUNABLES={tunables(d)}; {_shapes(d)}, AdamW; "
-           f"{d['warmup']} warm-up and {d['steps']} measured steps per run, one run after another in one process; "
-           "peak: the process's live CPU tensor bytes over forward, backward and optimizer step; time: median thread "
-           "CPU time of the same).", "",
+           f"{d['warmup']} warm-up and {d['steps']} timed steps per run, one run after another in one process; "
+           "peak: the process's live CPU tensor bytes over forward, backward and optimizer step, the largest of "
+           f"{_counted(d)}; time: median thread CPU time of the same over the timed steps).", "",
            "Fixed modes: " + ", ".join(f"{m} {_mib(f['peak_bytes'])} / {f['median_thread_s'] * 1e3:.0f} ms"
                                       for m, f in fixed.items()) + ".", "",
            "| target | plan (MiB kept per layer, off: unwrapped) | predicted peak (event) | measured peak (event) | "
-           "slack | prediction error | MemTracker's error | step time | fastest fixed mode that fits | its time | "
-           "ratio | loss = off |",
-           "|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]
+           "step 1 | steps over | slack | prediction error | MemTracker's error | step time | fastest fixed mode "
+           "that fits | its time | ratio | loss = off |",
+           "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]
     for s in d["sweep"]:
         if "error" in s:
             floor = s["error"].split("floor ")[1].split(" (")[0] if "floor " in s["error"] else "?"
             out.append(f"| {_mib(s['target_bytes'])} | below the predicted floor {floor}: MemoryTargetError at step 2's "
-                       "start | | | | | | | | | | |")
+                       "start | | | | | | | | | | | | |")
             continue
         best = s["fastest_fixed"]
         ratio = f"{s['median_thread_s'] / s['fastest_fixed_thread_s']:.2f}×" if best else "n/a"
         out.append(f"| {_mib(s['target_bytes'])} | {_plan(s['layers'])} | {_mib(s['predicted_bytes'])} "
                    f"({s['predicted_event']}) | {_mib(s['measured_bytes'])} ({s['measured_event']}) | "
-                   f"{100 * s['slack']:.1f}% | {100 * s['prediction_error']:+.2f}% | {_memtracker(s)} | "
+                   f"{_first(s)} | {_over(s)} | {100 * s['slack']:.1f}% | {100 * s['prediction_error']:+.2f}% | {_memtracker(s)} | "
                    f"{s['median_thread_s'] * 1e3:.0f} ms | {best or 'none'} | "
                    f"{s['fastest_fixed_thread_s'] * 1e3 if best else 0:.0f} ms | {ratio} | "
                    f"{'yes' if s['losses_equal_off'] else 'NO'} |")
@@ -117,7 +132,11 @@ def _sweep(d):
     over = sum(s["measured_bytes"] > s["target_bytes"] for s in ran)
     worst = max(abs(s["prediction_error"]) for s in ran)
     below = len(d["sweep"]) - len(ran)
-    out += ["", f"{over} of {len(ran)} targets run measured over the target ({below} below the predicted floor, "
+    steps = ""
+    if all("steps_over_target" in s for s in ran):
+        steps = (f", {sum(s['steps_over_target'] for s in ran)} of {sum(len(s['steps']) for s in ran)} steps "
+                 "(every step, the first included)")
+    out += ["", f"{over} of {len(ran)} targets run measured over the target{steps} ({below} below the predicted floor, "
             f"refused); slack {100 * min(s['slack'] for s in ran):.1f}–{100 * max(s['slack'] for s in ran):.1f}%; "
             f"largest prediction error {100 * worst:.2f}% of the measured peak."]
     timed = [s["median_thread_s"] / s["fastest_fixed_thread_s"] for s in ran if s["fastest_fixed"]]

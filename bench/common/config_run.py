@@ -49,7 +49,9 @@ def memtracker_step(model, opt, spec, train, step):
 
 
 def run(base, mode, warmup, steps, with_memtracker=False):
-    """One mode's run: per measured step (peak bytes, thread seconds, loss), and the MemoryTarget's report."""
+    """One mode's run: per step (peak bytes, thread seconds, loss, whether a warm-up step), and the MemoryTarget's
+    report. The peak is every step's, the first included (a step over a target is an out-of-memory error on a
+    device, warm-up or not); the time is the median of the steps after the warm-up."""
     spec, train = base["model"], base["train"]
     gc.collect()
     model = hm.qwen3_moe_model(spec, train["seed"], max_position_embeddings=max(4096, train["seq_len"]))
@@ -69,8 +71,8 @@ def run(base, mode, warmup, steps, with_memtracker=False):
         opt.zero_grad()
         seconds = time.thread_time() - t0
         gc.enable()
-        rows.append({"peak_bytes": hpac.cpu_tensor_memory_stats()["peak_bytes"], "thread_s": seconds,
-                     "loss": loss.item()})
+        rows.append({"step": step + 1, "warmup": step < warmup, "peak_bytes": hpac.cpu_tensor_memory_stats()[
+            "peak_bytes"], "thread_s": seconds, "loss": loss.item()})
         del loss
     memtracker = memtracker_step(model, opt, spec, train, warmup + steps) if with_memtracker else None
     report = None
@@ -78,7 +80,8 @@ def run(base, mode, warmup, steps, with_memtracker=False):
         report = prep.target.report()
     del model, opt, prep
     gc.collect()
-    measured = rows[warmup:] or rows[-1:]
-    return {"mode": mode, "steps": measured, "peak_bytes": max(r["peak_bytes"] for r in measured),
-            "median_thread_s": statistics.median(r["thread_s"] for r in measured),
+    timed = rows[warmup:] or rows[-1:]
+    return {"mode": mode, "steps": rows, "peak_bytes": max(r["peak_bytes"] for r in rows),
+            "first_step_peak_bytes": rows[0]["peak_bytes"],
+            "median_thread_s": statistics.median(r["thread_s"] for r in timed),
             "losses": [r["loss"] for r in rows], "target": report, "memtracker": memtracker}

@@ -35,7 +35,13 @@ void MemoryTargetFront::stepBegin() {
   TORCH_CHECK(driver_.error().empty(), driver_.error());
 }
 
-void MemoryTargetFront::stepDone() { say(driver_.stepEnds(takePeak(), /*fragmentation=*/0)); }
+void MemoryTargetFront::optimizerBegins() {
+  driver_.optimizerBegins(takePeak(), TrackingAllocator::instance().currentBytes());
+}
+
+void MemoryTargetFront::stepDone() {
+  say(driver_.stepEnds(takePeak(), /*fragmentation=*/0, TrackingAllocator::instance().currentBytes()));
+}
 
 template <typename Mark>
 void MemoryTargetFront::hookBackward(const at::Tensor& t, Mark mark) {

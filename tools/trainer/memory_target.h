@@ -31,7 +31,9 @@ class MemoryTargetFront : public std::enable_shared_from_this<MemoryTargetFront>
   // Before a step's forward: closes the last step, plans or replans. Throws c10::Error with the floor's message
   // when the target is below it (nothing of the step has run), again at every later step.
   void stepBegin();
-  // After the optimizer step: what runs before the next step is not counted.
+  // Before and after the optimizer step: what it grows (its state) is measured; what runs after it, before the
+  // next step, is not counted.
+  void optimizerBegins();
   void stepDone();
   // Around target layer i's forward (CheckpointableLayer::runLayer).
   void layerBegin(int64_t i, const std::vector<at::Tensor>& inputs);

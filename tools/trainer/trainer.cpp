@@ -205,6 +205,7 @@ StepResult Trainer::step(int64_t index, bool keep_grads) {
     }
   }
   if (timeline_ != nullptr) timeline_->mark("optimizer");
+  if (target_) target_->optimizerBegins();
   optimizer_->step();
   if (target_) target_->stepDone();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

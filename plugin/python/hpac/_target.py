@@ -213,7 +213,9 @@ class MemoryTarget:
         self._raise_error()
 
     def _step_ends(self) -> None:
-        self._say(self._driver.step_ends(self._peak(), self._meter.take_fragmentation() if self._meter else 0))
+        if self._meter is None:
+            return
+        self._say(self._driver.step_ends(self._peak(), self._meter.take_fragmentation(), self._meter.current()))
 
     def _layer_begin(self, i: int, args, kwargs) -> None:
         if not torch.is_grad_enabled():
@@ -340,7 +342,9 @@ class _TargetCall:
 
     @staticmethod
     def step_starts(target: "weakref.ref[MemoryTarget]", optimizer, args, kwargs):
-        _TargetCall.rest_begins(target, None)
+        t = target()
+        if t is not None and t._meter is not None:
+            t._driver.optimizer_begins(t._peak(), t._meter.current())
 
     @staticmethod
     def step_done(target: "weakref.ref[MemoryTarget]", optimizer, args, kwargs):
