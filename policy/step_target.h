@@ -89,6 +89,8 @@ struct StepMessage {
 
 // Candidate budgets per checkpointed layer: k / kStepCandidateSteps of its off bytes.
 constexpr int64_t kStepCandidateSteps = 16;
+// The share of the target every plan keeps below it where a plan fits with it (Note [Room for a prediction]).
+constexpr double kPredictionRoom = 0.005;
 // Finished steps StepTarget::history() keeps.
 constexpr size_t kStepHistory = 256;
 

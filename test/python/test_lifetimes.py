@@ -25,6 +25,8 @@ from hpac._loader import _major_minor
 from hpac.harness.blocks import Block
 from hpac.harness.parity import assert_same
 
+pytestmark = pytest.mark.usefixtures("only_new_objects_scanned")  # conftest.py
+
 N = 4
 HIDDEN, SEQ = 32, 8
 HAS_CONTEXT_FN = "context_fn" in inspect.signature(torch.utils.checkpoint.checkpoint).parameters  # torch >= 2.1
@@ -159,18 +161,6 @@ def _model(entry):
     reference = copy.deepcopy(model)
     model.call = ENTRIES[entry]()
     return model, reference
-
-
-@pytest.fixture(scope="module", autouse=True)
-def only_new_objects_scanned():
-    """These tests call gc.collect() dozens of times each. In the whole suite's process it scanned every object the
-    earlier modules left (imports, models, transformers), about 5x this module's own time; the objects alive before
-    the module are collected once and then frozen (gc.freeze: no later collection scans them, so none of them can be
-    what a test watches die), and given back to the collector after it."""
-    gc.collect()
-    gc.freeze()
-    yield
-    gc.unfreeze()
 
 
 @pytest.fixture(autouse=True)

@@ -16,6 +16,8 @@ import hpac.hf as hf
 import hpac.harness.models as hm
 import models
 
+pytestmark = pytest.mark.usefixtures("only_new_objects_scanned")  # test/python/conftest.py
+
 N = 3
 MODES = {  # name -> (activation_checkpoint.mode line, train.compile)
     "off": ("off", False),
