@@ -43,5 +43,6 @@ def test_every_rank_fits_one_plan_under_the_target(tmp_path, nproc, parallel):
     for rank, r in enumerate(ranks):
         planned = [h for h in r["history"] if h["planned"]]
         assert len(planned) == STEPS - 1, r["history"]  # each step closes when its optimizer step ends
-        for h in planned:
+        assert len(r["history"]) == STEPS, r["history"]
+        for h in r["history"]:  # every step, the profile step included
             assert h["measured_bytes"] <= target, (rank, h, target)
