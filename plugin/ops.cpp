@@ -297,6 +297,7 @@ class StepDriverHandle : public torch::CustomClassHolder {
     return messages(d().stepEnds(peak, fragmentation, live));
   }
   void watchOptimizer() { d().watchOptimizer(); }
+  void seed(const std::string& record_json, const std::string& source) { d().seed(record_json, source); }
   std::string state() { return d().state(); }
   void merge(const std::vector<std::string>& states) { d().merge(states); }
   // (kind token, layer) of the event open now (policy/step_target.h's StepEventKind); ("", -1) when none.
@@ -704,6 +705,7 @@ void registerClasses(torch::Library& m) {
       .def("optimizer_begins", &StepDriverHandle::optimizerBegins)
       .def("step_ends", &StepDriverHandle::stepEnds)
       .def("watch_optimizer", &StepDriverHandle::watchOptimizer)
+      .def("seed", &StepDriverHandle::seed)
       .def("state", &StepDriverHandle::state)
       .def("merge", &StepDriverHandle::merge)
       .def("open_event", &StepDriverHandle::openEvent)

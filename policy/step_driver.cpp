@@ -137,6 +137,11 @@ void StepDriver::restBegins(int64_t peak) {
   open(StepEventKey{StepEventKind::kRest, -1}, peak);
 }
 
+void StepDriver::seed(const std::string& record_json, const std::string& source) {
+  TORCH_CHECK(target_->steps() == 0, "hpac memory target: a plan file seeds the first plan before the first step");
+  target_->seed(readStepRecord(record_json, source).layers, source);
+}
+
 void StepDriver::optimizerBegins(int64_t peak, int64_t live) {
   restBegins(peak);
   optimizer_live_ = live;

@@ -55,6 +55,9 @@ class StepDriver {
   // The optimizer's step ends every step (stepEnds): a second model call before it is gradient accumulation,
   // which the events do not model (error()).
   void watchOptimizer() { watching_ = true; }
+  // A plan file's record (policy/step_record.h, its JSON text) as the first plan (Note [A plan file is a first
+  // plan], step_target.cpp); source names it in messages. Before the first step.
+  void seed(const std::string& record_json, const std::string& source);
 
   // --- several ranks (Note [One step plan for every rank]) -------------------------------------------------------
   // This rank's part of the plan's problem, as text that merge() reads ("hpac-step-state 1").

@@ -259,14 +259,63 @@ std::pair<std::vector<std::vector<StepChoice>>, std::vector<StepEvent>> StepTarg
 // 24.65 MiB; docs/results.md). A plan is a promise for every step, the first under it included, so every plan keeps
 // kPredictionRoom of the target below it as long as a plan fits with it, and the larger room a step over the target
 // left (Note [Room after a step over the target]); otherwise the plan for the target itself.
+int64_t StepTarget::room() const {
+  return std::max(margin_, static_cast<int64_t>(static_cast<double>(target_bytes_) * kPredictionRoom));
+}
+
 StepPlan StepTarget::solve() const {
   const auto [layers, events] = problem();
-  const int64_t room = std::max(margin_, static_cast<int64_t>(static_cast<double>(target_bytes_) * kPredictionRoom));
-  if (room > 0) {
-    StepPlan p = planStep(layers, events, target_bytes_ - room);
+  if (const int64_t r = room(); r > 0) {
+    StepPlan p = planStep(layers, events, target_bytes_ - r);
     if (p.fits) return p;
   }
   return planStep(layers, events, target_bytes_);
+}
+
+void StepTarget::seed(std::vector<LayerPlan> layers, std::string source) {
+  seed_ = std::move(layers);
+  seed_source_ = std::move(source);
+}
+
+// Note [A plan file is a first plan]
+// A plan made ahead (python -m hpac plan, on the meta device or another machine) chose each layer's budget from a
+// step it predicted, not from this run's. Applied as fixed budgets it went over its own target on the real run (the
+// main job: 28.36 MiB against a 28 MiB plan predicted at 27.94), and it could not see the training loop's
+// conventions (gradients kept through the forward by zero_grad(set_to_none=False): 30.31 MiB). So a plan file runs
+// as a target: its target_bytes, with its layers as the first plan where this run's measured profile step predicts
+// them within the target less room() — each layer takes its candidate with the largest budget at most the file's
+// (or no checkpoint, as the file says) — and this run's own plan otherwise, with a warning naming the difference.
+// Every later step is measured and replanned like any target's, so the file's choice is held to the target at
+// every step whatever the loop does.
+StepPlan StepTarget::seeded(std::string* why) const {
+  StepPlan p;
+  std::vector<int64_t> choice;
+  for (size_t i = 0; i < plans_.size(); ++i) {
+    const auto it = std::find_if(seed_.begin(), seed_.end(),
+                                 [&](const LayerPlan& l) { return l.path == plans_[i].path; });
+    if (it == seed_.end()) {
+      *why = "it has no layer " + plans_[i].path;
+      return p;
+    }
+    int64_t pick = -1;
+    for (size_t k = 0; k < candidates_[i].size(); ++k) {
+      const StepCandidate& c = candidates_[i][k];
+      if (c.checkpointed != it->checkpointed || (c.checkpointed && c.budget_bytes > it->budget_bytes)) continue;
+      if (pick < 0 || c.budget_bytes > candidates_[i][pick].budget_bytes) pick = static_cast<int64_t>(k);
+    }
+    if (pick < 0) pick = 0;  // no candidate of the kind the file names: not checkpointed
+    choice.push_back(pick);
+  }
+  const auto [layers, events] = problem();
+  p.choice = choice;
+  p.peak_bytes = stepPeak(layers, events, choice, &p.peak_event);
+  for (size_t i = 0; i < choice.size(); ++i) p.recompute_micros += candidates_[i][choice[i]].recompute_micros;
+  p.fits = p.peak_bytes <= target_bytes_ - room();
+  if (!p.fits) {
+    *why = "its layers are predicted at " + formatBytes(p.peak_bytes) + " on this run's measured step, over the "
+           "target less its room " + formatBytes(target_bytes_ - room());
+  }
+  return p;
 }
 
 void StepTarget::apply(const std::vector<int64_t>& choice) {
@@ -286,7 +335,21 @@ void StepTarget::apply(const std::vector<int64_t>& choice) {
 std::vector<StepMessage> StepTarget::plan(const std::string& why) {
   TORCH_CHECK(!candidates_.empty(), "hpac memory target: plan() before prepareFirstPlan()");
   if (planned_at_ == 0) planned_at_ = steps_;
-  const StepPlan p = solve();
+  std::vector<StepMessage> out;
+  StepPlan p;
+  std::string source;
+  if (!seed_.empty()) {  // Note [A plan file is a first plan]
+    std::string why;
+    p = seeded(&why);
+    if (p.fits) {
+      source = "the plan of " + seed_source_ + ", checked on this run's measured step: ";
+    } else {
+      out.push_back({true, "memory target " + formatBytes(target_bytes_) + ": the plan of " + seed_source_ +
+                               " is not applied (" + why + "); this run plans from its own profile step"});
+    }
+    seed_.clear();
+  }
+  if (!p.fits) p = solve();
   const std::string what =
       p.peak_event >= 0 ? std::next(bases_.begin(), p.peak_event)->first.name() : std::string("(no event)");
   apply(p.choice);
@@ -303,7 +366,8 @@ std::vector<StepMessage> StepTarget::plan(const std::string& why) {
     kept += l.kept_bytes;
     micros += l.recompute_micros;
   }
-  std::string text = "memory target " + formatBytes(target_bytes_) + (why.empty() ? "" : " (again: " + why + ")") + ": ";
+  std::string text = "memory target " + formatBytes(target_bytes_) + (why.empty() ? "" : " (again: " + why + ")") +
+                     ": " + source;
   if (checkpointed == 0) {
     text += "no checkpointing is needed: the step without it is predicted at " + formatBytes(p.peak_bytes) + " (" +
             what + "); every layer runs unwrapped";
@@ -317,7 +381,8 @@ std::vector<StepMessage> StepTarget::plan(const std::string& why) {
   if (margin_ > 0 && p.peak_bytes <= target_bytes_ - margin_) {  // Note [Room after a step over the target]
     text += " (keeping " + formatBytes(margin_) + " below the target, what a step over it was predicted short)";
   }
-  return {StepMessage{false, text}};
+  out.push_back({false, text});
+  return out;
 }
 
 std::string StepTarget::floorError(int64_t floor, const std::string& what) const {

@@ -124,6 +124,9 @@ class StepTarget {
   // Plans (again, with `why` in the message when non-empty); on a target below the floor sets error() and applies
   // the floor's plan.
   std::vector<StepMessage> plan(const std::string& why = "");
+  // Note [A plan file is a first plan]: the first plan is `layers` (a plan file's, matched by path) where this run's
+  // measured step predicts it within the target less its room; otherwise the plan this run makes, with a warning.
+  void seed(std::vector<LayerPlan> layers, std::string source);
   bool needsReplan() const;
 
   // --- what StepDriver reads and exchanges between ranks -------------------------------------------------------
@@ -151,6 +154,9 @@ class StepTarget {
   // The planner's problem: every layer's candidates and every event, in bases_' order.
   std::pair<std::vector<std::vector<StepChoice>>, std::vector<StepEvent>> problem() const;
   StepPlan solve() const;
+  int64_t room() const;  // Note [Room for a prediction]
+  // The seed's choice with its predicted peak (fits: within the target less room()); why: what kept it out.
+  StepPlan seeded(std::string* why) const;
   void apply(const std::vector<int64_t>& choice);
   std::string floorError(int64_t floor, const std::string& what) const;
 
@@ -176,6 +182,8 @@ class StepTarget {
   std::string predicted_event_;
   std::deque<MeasuredStep> history_;
   std::string error_;
+  std::vector<LayerPlan> seed_;  // Note [A plan file is a first plan]; emptied by the first plan
+  std::string seed_source_;
 };
 
 }  // namespace hpac

@@ -244,6 +244,12 @@ class MemoryTarget:
         if y is not None and y.requires_grad:
             y.register_hook(functools.partial(_TargetCall.backward_begins, weakref.ref(self), i))
 
+    def seed(self, record: Dict[str, Any], source: str) -> None:
+        """Makes a plan file's layers (`record`: hpac.plan.load's dict, or MemoryTarget.report()'s) the first plan
+        where this run's measured profile step predicts them within the target, and this run's own plan otherwise,
+        with a warning (Note [A plan file is a first plan], policy/step_target.cpp). Before the first step."""
+        self._driver.seed(json.dumps(record), source)
+
     # --- reading ---------------------------------------------------------------------------------------------
     def watch_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
         """Marks the optimizer step: "the rest" of the step opens before it (if layer 0's input gradient has not

@@ -40,7 +40,7 @@ import torch
 import torch.utils.checkpoint
 
 import hpac
-from hpac import _step_record
+from hpac import _step_record, _target
 from hpac._loader import _ops_present
 from hpac._regions import RegionOptions, region_context_fn
 from hpac._wrap import unwrap_checkpoint, wrap_forward
@@ -502,6 +502,9 @@ def _apply_layer(prep, p, lp, ac):
             raise ValueError(f"hpac.hf: activation_checkpoint.plan {prep.step_plan['path']!r} has no layer "
                              f"{p.path!r} (it plans {', '.join(prep.step_plan['by_path'])}); allowed: a plan made for "
                              "this model")
+        if prep.step_plan["data"].get("target_bytes"):  # Note [A plan file is a first plan]: wrapped by _fit_target
+            p.budget = hpac.budget(bytes=0, cost="estimated")
+            return
         if not entry["checkpointed"]:
             p.layer = "off"
             return
@@ -542,6 +545,11 @@ def _fit_target(prep, model, ac):
     """activation_checkpoint.memory_target: the budget layers planned together under the whole step's target
     (hpac.MemoryTarget, plugin/python/hpac/_target.py), measured at the root model's calls."""
     target = ac.get("memory_target")
+    seed = prep.step_plan["data"] if prep.step_plan is not None and prep.step_plan["data"].get("target_bytes") \
+        else None
+    if seed is not None:  # Note [A plan file is a first plan] (policy/step_target.cpp): the file's target and plan
+        target = {"bytes": seed["target_bytes"], "text": _target.format_bytes(seed["target_bytes"]),
+                  "where": f"activation_checkpoint.plan {prep.step_plan['path']}"}
     layers = [p for p in prep.layers if p.layer == "budget" and p.budget is not None]
     if not target or not layers:
         return
@@ -556,8 +564,11 @@ def _fit_target(prep, model, ac):
                for p in layers]
     prep.target = hpac.MemoryTarget(model, entries, target["bytes"],
                                     lambda level, message: (prep.warn if level == "warning" else prep.info)(message))
+    if seed is not None:
+        prep.target.seed(seed, prep.step_plan["path"])
     prep.info(f"memory target {target['text']}: step 1 profiles every layer (all recomputed), the plan for the whole "
-              "step is made at step 2's start")
+              "step is made at step 2's start" + (f" from {prep.step_plan['path']}, checked against the profile"
+                                                  if seed is not None else ""))
 
 
 def _selective_policy(layer_mode, ac):
