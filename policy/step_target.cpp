@@ -79,7 +79,11 @@ StepTarget::StepTarget(int64_t target_bytes, std::vector<std::string> names,
   TORCH_CHECK(target_bytes_ > 0, "hpac memory target: ", target_bytes_, " bytes; allowed: > 0");
   TORCH_CHECK(!regions_.empty() && names.size() == regions_.size(), "hpac memory target: ", names.size(),
               " layer names for ", regions_.size(), " regions; allowed: one name per region, at least one");
-  for (std::string& name : names) plans_.push_back(LayerPlan{std::move(name)});
+  for (std::string& name : names) {
+    LayerPlan plan;
+    plan.path = std::move(name);
+    plans_.push_back(std::move(plan));
+  }
 }
 
 void StepTarget::record(const StepEventKey& event, int64_t peak) {
@@ -128,7 +132,11 @@ std::vector<StepMessage> StepTarget::finishStep(int64_t fragmentation_bytes) {
   if (measured_.empty()) return out;
   const auto top = std::max_element(measured_.begin(), measured_.end(),
                                     [](const auto& a, const auto& b) { return a.second < b.second; });
-  MeasuredStep row{steps_, top->second, top->first.name(), planned_at_ != 0};
+  MeasuredStep row;
+  row.step = steps_;
+  row.measured_bytes = top->second;
+  row.measured_event = top->first.name();
+  row.planned = planned_at_ != 0;
   if (row.planned) {
     row.predicted_bytes = predicted_bytes_;
     row.predicted_event = predicted_event_;

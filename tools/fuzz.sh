@@ -34,19 +34,32 @@ cmake -S "$root/test/fuzz" -B "$out" -DCMAKE_CXX_COMPILER="$clang" -DCMAKE_BUILD
   exit 1
 }
 cmake --build "$out" -j "$jobs" --target $(printf '%s_fuzzer ' "${targets[@]}")
-for t in "${targets[@]}"; do
+# fuzz_one TARGET: one seeded run; its summary line, or the finding (exit 1).
+fuzz_one() {
+  local t=$1 log=$out/$1.log runs cov ft
   mkdir -p "$out/corpus/$t"
-  log=$out/$t.log
   echo "[hpac fuzz] $t: ${seconds} s from test/fuzz/corpus/$t ($(ls "$root/test/fuzz/corpus/$t" | wc -l) seeds)"
   if ! (cd "$out" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       "./${t}_fuzzer" -seed="${HPAC_FUZZ_SEED:-20261203}" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 \
       -print_final_stats=1 "corpus/$t" "$root/test/fuzz/corpus/$t" >"$log" 2>&1); then
     tail -n 60 "$log" >&2
     echo "[hpac fuzz] $t: FINDING (log $log; the input is in $out)" >&2
-    exit 1
+    return 1
   fi
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1)
   ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1)
   echo "[hpac fuzz] $t: $runs executions, $cov edges, $ft features, corpus $(ls "$out/corpus/$t" | wc -l) new inputs, no finding"
+}
+# The targets run $jobs at a time (each is one thread for its SECONDS), each into its own log and corpus.
+pids=() failed=0
+for t in "${targets[@]}"; do
+  if [ ${#pids[@]} -ge "$jobs" ]; then
+    wait "${pids[0]}" || failed=1
+    pids=("${pids[@]:1}")
+  fi
+  fuzz_one "$t" &
+  pids+=($!)
 done
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+[ "$failed" = 0 ] || exit 1

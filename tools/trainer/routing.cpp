@@ -88,8 +88,9 @@ CheckpointSetting settingOf(const LayerRoute& plan, const ActivationCheckpointSp
   // One region per layer: each layer profiles and plans its own forward (MoE routing differs per layer).
   if (plan.layer == CheckpointMode::kBudget) {
     // memory_target: each region starts at budget 0 (its profile recomputes everything); the target replans it.
-    s.budget = std::make_shared<BudgetRegion>(
-        budgetSpec(ac.memory_budget ? *ac.memory_budget : MemoryBudget{-1, 0}, ac.cost));
+    MemoryBudget zero;  // no fraction, 0 bytes
+    zero.bytes = 0;
+    s.budget = std::make_shared<BudgetRegion>(budgetSpec(ac.memory_budget ? *ac.memory_budget : zero, ac.cost));
   }
   for (const std::string& name : plan.submodules) s.submodules[name] = CheckpointMode::kFull;
   return s;

@@ -1,6 +1,7 @@
 """What the torchrun tests share: the tiny Qwen3-MoE YAML, the 2-rank layouts, and torchrun() running
 hpac.harness.dist_train (or a script) on 2 Gloo ranks over loopback, one thread each."""
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -34,8 +35,50 @@ def torchrun(*args, timeout=600, target=("-m", "hpac.harness.dist_train"), nproc
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
            "--rdzv-endpoint", "127.0.0.1:0", "--local-addr", "127.0.0.1", *target, *args]
     start = time.monotonic()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    out = p.stdout + p.stderr
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out = "".join(p.communicate(timeout=timeout))  # stdout, then stderr
+    except subprocess.TimeoutExpired:
+        _kill_tree(p.pid)  # the agent and every rank (each rank runs in a session of its own)
+        out = "".join(p.communicate())
+        raise AssertionError(f"{os.environ.get('PYTEST_CURRENT_TEST', 'torchrun')}: {nproc} ranks still running after "
+                             f"the {timeout} s limit (this job takes about a tenth of it on a loaded 2-core "
+                             f"machine); where each rank was, its last line:\n{rank_phases(out)}\n$ {' '.join(cmd)}"
+                             f"\n{out[-3000:]}") from None
     print(f"$ {' '.join(cmd)}  ({time.monotonic() - start:.1f} s, exit {p.returncode})")
     print("\n".join(line for line in out.splitlines() if line.startswith("[rank ")))
+    if p.returncode != 0:
+        print(f"where each rank was, its last line:\n{rank_phases(out)}")
     return p.returncode, out, time.monotonic() - start
+
+
+def _kill_tree(pid):
+    """SIGKILL to `pid` and every process below it (read from /proc: torchrun starts each rank in a session of its
+    own, so neither killing the agent nor its process group reaches them, and they would hold the pipes open)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    todo, tree = [pid], []
+    while todo:
+        tree.append(todo.pop())
+        todo += children.get(tree[-1], [])
+    for p in tree:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def rank_phases(out):
+    """Each rank's last "[rank N]" line in `out` (the phase it reached), or that it printed none."""
+    last = {}
+    for line in out.splitlines():
+        if line.startswith("[rank "):
+            last[line.split("]", 1)[0] + "]"] = line
+    return "\n".join(last[k] for k in sorted(last)) or "(no rank printed a line)"
