@@ -502,7 +502,7 @@ def _apply_layer(prep, p, lp, ac):
             raise ValueError(f"hpac.hf: activation_checkpoint.plan {prep.step_plan['path']!r} has no layer "
                              f"{p.path!r} (it plans {', '.join(prep.step_plan['by_path'])}); allowed: a plan made for "
                              "this model")
-        if prep.step_plan["data"].get("target_bytes"):  # Note [A plan file is a first plan]: wrapped by _fit_target
+        if _seed_plan(prep) is not None:  # Note [A plan file is a first plan]: wrapped by _fit_target
             p.budget = hpac.budget(bytes=0, cost="estimated")
             return
         if not entry["checkpointed"]:
@@ -541,12 +541,18 @@ def _read_step_plan(prep, model, config):
               f"{data['world_size']}, predicted {data['predicted_bytes'] / (1 << 30):.3f} GiB per rank")
 
 
+def _seed_plan(prep):
+    """The plan file's record where it names a target (it then runs as one: Note [A plan file is a first plan],
+    policy/step_target.cpp); None without a plan file, or for one made without a target (fixed budgets)."""
+    data = prep.step_plan["data"] if prep.step_plan is not None else None
+    return data if data is not None and data.get("target_bytes") else None
+
+
 def _fit_target(prep, model, ac):
     """activation_checkpoint.memory_target: the budget layers planned together under the whole step's target
     (hpac.MemoryTarget, plugin/python/hpac/_target.py), measured at the root model's calls."""
     target = ac.get("memory_target")
-    seed = prep.step_plan["data"] if prep.step_plan is not None and prep.step_plan["data"].get("target_bytes") \
-        else None
+    seed = _seed_plan(prep)
     if seed is not None:  # Note [A plan file is a first plan] (policy/step_target.cpp): the file's target and plan
         target = {"bytes": seed["target_bytes"], "text": _target.format_bytes(seed["target_bytes"]),
                   "where": f"activation_checkpoint.plan {prep.step_plan['path']}"}
